@@ -1,0 +1,33 @@
+"""The Celery app and the one beat schedule.
+
+Every periodic job is declared in ``beat_schedule`` below with a comment saying why it runs
+when, and each has a management-command twin that calls the same service.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "costcenter.settings")
+
+app = Celery("costcenter")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.update(
+    # Long tasks (ingest, recompute) are acknowledged only when done, so a worker killed
+    # mid-task leaves the message for another worker; tasks are written to be idempotent.
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    # One message at a time per process: a long ingest must not hold a queue of others hostage.
+    worker_prefetch_multiplier=1,
+    task_ignore_result=True,
+    task_serializer="json",
+    accept_content=["json"],
+    timezone="UTC",
+    enable_utc=True,
+    broker_connection_retry_on_startup=True,
+    # Nothing is scheduled yet: ingestion, rollups, budgets and reports add their entries here.
+    beat_schedule={},
+)
+app.autodiscover_tasks()

@@ -1,0 +1,256 @@
+"""The domain catalog: teams and roles, models, endpoints, GPU pools and the price book.
+
+Models hold fields, constraints and choices only; reads live in ``selectors``, pricing rules in
+``pricing`` and catalog loading in ``catalog``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+
+from costcenter.money import rate_field, weight_field
+
+
+class Team(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TeamRole(models.TextChoices):
+    VIEWER = "viewer", "Viewer"
+    EDITOR = "editor", "Editor"
+    ADMIN = "admin", "Admin"
+
+
+class Membership(models.Model):
+    """A user's role in one team: viewers read, editors manage budgets, admins manage members."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=TeamRole.choices, default=TeamRole.VIEWER)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "team"], name="membership_user_team_unique")]
+        ordering = ["team__slug", "user__username"]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class OrgRole(models.TextChoices):
+    NONE = "", "Team member only"
+    VIEWER = "viewer", "Org-wide viewer"
+    ADMIN = "admin", "Org admin"
+
+
+class UserProfile(models.Model):
+    """Org-wide role (managers see every team) and the time zone pages and reports use."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
+    org_role = models.CharField(max_length=16, choices=OrgRole.choices, default=OrgRole.NONE, blank=True)
+    time_zone = models.CharField(max_length=64, default="UTC")
+
+    def __str__(self) -> str:
+        return f"profile of {self.user}"
+
+    def clean(self) -> None:
+        from zoneinfo import available_timezones
+
+        if self.time_zone not in available_timezones():
+            raise ValidationError({"time_zone": f"unknown time zone {self.time_zone!r}"})
+
+
+class Vendor(models.TextChoices):
+    NVIDIA = "nvidia", "NVIDIA"
+    AMD = "amd", "AMD"
+    OTHER = "other", "Other"
+
+
+class LlmModel(models.Model):
+    """A model as usage records name it. ``version`` "" stands for any version of ``name``."""
+
+    name = models.CharField(max_length=200)
+    version = models.CharField(max_length=100, blank=True, default="")
+    family = models.CharField(max_length=100, blank=True, default="")
+
+    class Meta:
+        verbose_name = "model"
+        constraints = [
+            models.UniqueConstraint(fields=["name", "version"], name="llmmodel_name_version_unique")
+        ]
+        ordering = ["name", "version"]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.version}" if self.version else self.name
+
+
+class Pool(models.Model):
+    """A self-run GPU pool; its Prometheus series are found by ``prometheus_match`` label regexes."""
+
+    name = models.CharField(max_length=100, unique=True)
+    vendor = models.CharField(max_length=16, choices=Vendor.choices)
+    gpu_model = models.CharField(max_length=100)
+    gpu_count = models.PositiveIntegerField()
+    # Price of energy per kWh; null means energy is not charged separately.
+    kwh_price = rate_field(null=True, blank=True)
+    prometheus_match = models.JSONField(default=dict, blank=True)
+    input_weight = weight_field(default=1)
+    output_weight = weight_field(default=1)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpu_count__gt=0), name="pool_gpu_count_positive"),
+            models.CheckConstraint(
+                condition=Q(kwh_price__isnull=True) | Q(kwh_price__gte=0), name="pool_kwh_price_non_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(input_weight__gte=0)
+                & Q(output_weight__gte=0)
+                & (Q(input_weight__gt=0) | Q(output_weight__gt=0)),
+                name="pool_weights_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EndpointKind(models.TextChoices):
+    TOKEN_PRICED = "token_priced", "Token-priced (hosted API)"
+    GPU_POOL = "gpu_pool", "GPU pool (self-run)"
+
+
+class Endpoint(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=16, choices=EndpointKind.choices)
+    provider = models.CharField(max_length=100, blank=True, default="")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, null=True, blank=True, related_name="endpoints")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(kind=EndpointKind.TOKEN_PRICED) & Q(pool__isnull=True))
+                | (Q(kind=EndpointKind.GPU_POOL) & Q(pool__isnull=False)),
+                name="endpoint_pool_matches_kind",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if self.kind == EndpointKind.GPU_POOL and self.pool_id is None:
+            raise ValidationError({"pool": "a gpu_pool endpoint needs a pool"})
+        if self.kind == EndpointKind.TOKEN_PRICED:
+            if self.pool_id is not None:
+                raise ValidationError({"pool": "a token_priced endpoint has no pool"})
+            if not self.provider:
+                raise ValidationError({"provider": "a token_priced endpoint needs a provider"})
+
+    @property
+    def vendor(self) -> str:
+        return self.pool.vendor if self.pool_id else Vendor.OTHER
+
+
+class PricePeriod(models.Model):
+    """A price row: in force from ``effective_from`` (inclusive) until ``effective_to`` (exclusive)
+    or, when that is empty, until the next row of the same series begins."""
+
+    effective_from = models.DateTimeField()
+    effective_to = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    def series_filter(self) -> Q:
+        raise NotImplementedError
+
+    def clean(self) -> None:
+        from costcenter.pricing import overlap_problem
+
+        if self.effective_to is not None and self.effective_to <= self.effective_from:
+            raise ValidationError({"effective_to": "must be after effective_from"})
+        siblings = type(self).objects.filter(self.series_filter()).exclude(pk=self.pk)
+        periods = [(row.effective_from, row.effective_to) for row in siblings]
+        problem = overlap_problem([*periods, (self.effective_from, self.effective_to)])
+        if problem:
+            raise ValidationError(problem)
+
+
+class TokenPrice(PricePeriod):
+    """Per-1M-token prices of a model, optionally only on one endpoint (which then wins)."""
+
+    model = models.ForeignKey(LlmModel, on_delete=models.CASCADE, related_name="prices")
+    endpoint = models.ForeignKey(
+        Endpoint, on_delete=models.CASCADE, null=True, blank=True, related_name="prices"
+    )
+    input_per_mtok = rate_field()
+    # Null means cached input tokens cost the same as other input tokens.
+    cached_input_per_mtok = rate_field(null=True, blank=True)
+    output_per_mtok = rate_field()
+
+    class Meta:
+        ordering = ["model__name", "endpoint__name", "effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model", "endpoint", "effective_from"],
+                nulls_distinct=False,
+                name="tokenprice_series_start_unique",
+            ),
+            models.CheckConstraint(
+                condition=Q(input_per_mtok__gte=0)
+                & Q(output_per_mtok__gte=0)
+                & (Q(cached_input_per_mtok__isnull=True) | Q(cached_input_per_mtok__gte=0)),
+                name="tokenprice_non_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(effective_to__isnull=True) | Q(effective_to__gt=models.F("effective_from")),
+                name="tokenprice_period_ordered",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        where = f" on {self.endpoint}" if self.endpoint_id else ""
+        return f"{self.model}{where} from {self.effective_from:%Y-%m-%d %H:%M}"
+
+    def series_filter(self) -> Q:
+        return Q(model_id=self.model_id, endpoint_id=self.endpoint_id)
+
+    @property
+    def effective_cached_input_per_mtok(self):
+        return self.input_per_mtok if self.cached_input_per_mtok is None else self.cached_input_per_mtok
+
+
+class GpuHourPrice(PricePeriod):
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="prices")
+    gpu_hour_price = rate_field()
+
+    class Meta:
+        ordering = ["pool__name", "effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["pool", "effective_from"], name="gpuhourprice_series_start_unique"
+            ),
+            models.CheckConstraint(condition=Q(gpu_hour_price__gte=0), name="gpuhourprice_non_negative"),
+            models.CheckConstraint(
+                condition=Q(effective_to__isnull=True) | Q(effective_to__gt=models.F("effective_from")),
+                name="gpuhourprice_period_ordered",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pool} from {self.effective_from:%Y-%m-%d %H:%M}"
+
+    def series_filter(self) -> Q:
+        return Q(pool_id=self.pool_id)

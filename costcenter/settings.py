@@ -1,0 +1,215 @@
+"""CostCenter settings: one module, every deployment choice read from the environment.
+
+Unset variables give the embedded single-machine defaults (Postgres from ``pgserver``, a Celery
+broker on the filesystem, e-mail written to files) under ``COSTCENTER_HOME``. See the README's
+"Configuration" table for each variable.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from costcenter.env import database_from_url, env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+COSTCENTER_HOME = Path(env_str("COSTCENTER_HOME", str(BASE_DIR / ".costcenter"))).resolve()
+
+# --- Core ------------------------------------------------------------------------------------
+DEBUG = env_bool("DEBUG", False)
+
+
+def _secret_key() -> str:
+    key = env_str("SECRET_KEY")
+    if key:
+        return key
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY is required when DEBUG is off (set DEBUG=true for local use)")
+    # Local use only: a random key kept beside the embedded data, so sessions survive restarts.
+    path = COSTCENTER_HOME / "dev-secret-key"
+    if not path.exists():
+        COSTCENTER_HOME.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "whitenoise.runserver_nostatic",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "costcenter",
+    "ingest",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "costcenter.middleware.ContentSecurityPolicyMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "costcenter.urls"
+WSGI_APPLICATION = "costcenter.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "costcenter.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+# --- Database --------------------------------------------------------------------------------
+_database_url = env_str("DATABASE_URL")
+if _database_url:
+    _default_db = database_from_url(_database_url)
+else:
+    _default_db = {
+        "ENGINE": "costcenter.embedded_pg",
+        "NAME": "costcenter",
+        # Read by costcenter.embedded_pg: where the data lives and which database to create.
+        "OPTIONS_PGDATA": str(COSTCENTER_HOME / "pgdata"),
+        "EMBEDDED_MAIN_DB": "costcenter",
+    }
+_default_db["CONN_MAX_AGE"] = env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0)
+_default_db["CONN_HEALTH_CHECKS"] = True
+DATABASES = {"default": _default_db}
+EMBEDDED_DATABASE = not _database_url
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth ------------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "cc-overview"
+LOGOUT_REDIRECT_URL = "login"
+
+# --- Time: stored in UTC, shown in TIME_ZONE --------------------------------------------------
+USE_TZ = True
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+LANGUAGE_CODE = "en-us"
+USE_I18N = False
+
+# --- Static files ----------------------------------------------------------------------------
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(COSTCENTER_HOME / "staticfiles")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+# Without a collectstatic run (local use, tests), serve straight from static/.
+WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", DEBUG)
+
+# --- HTTPS (turn on behind TLS in production) --------------------------------------------------
+HTTPS = env_bool("HTTPS", False)
+SECURE_SSL_REDIRECT = HTTPS
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if HTTPS else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+if env_bool("BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+
+# --- E-mail: SMTP when EMAIL_HOST is set, else files under COSTCENTER_HOME/mail ---------------
+EMAIL_HOST = env_str("EMAIL_HOST")
+if EMAIL_HOST:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_PORT = env_int("EMAIL_PORT", 587, minimum=1)
+    EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", EMAIL_PORT == 587)
+    EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", EMAIL_PORT == 465)
+    EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 30, minimum=1)
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    EMAIL_FILE_PATH = COSTCENTER_HOME / "mail"
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "CostCenter <costcenter@localhost>")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
+
+# --- Celery: a filesystem broker unless CELERY_BROKER_URL names Redis or RabbitMQ -------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
+if not CELERY_BROKER_URL:
+    _broker_dir = COSTCENTER_HOME / "broker"
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+    }
+CELERY_BEAT_SCHEDULE_FILENAME = str(COSTCENTER_HOME / "celerybeat-schedule")
+
+# --- Prometheus ------------------------------------------------------------------------------
+PROMETHEUS_URL = env_str("PROMETHEUS_URL")
+
+# --- Pricing ---------------------------------------------------------------------------------
+# One currency per installation; the catalog file must name the same one.
+CURRENCY = (env_str("CURRENCY", "USD") or "USD").upper()
+
+# --- REST API --------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "COERCE_DECIMAL_TO_STRING": True,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "CostCenter API",
+    "DESCRIPTION": "Cost per successful task for LLM workloads on GPU pools and hosted APIs.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# --- Logging: to stderr, where process managers collect it ------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"pgserver": {"level": "WARNING"}},
+}
