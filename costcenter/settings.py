@@ -123,14 +123,20 @@ USE_I18N = False
 # --- Static files ----------------------------------------------------------------------------
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = Path(env_str("STATIC_ROOT", str(COSTCENTER_HOME / "staticfiles")))
+_static_root = env_str("STATIC_ROOT")
+STATIC_ROOT = Path(_static_root) if _static_root else COSTCENTER_HOME / "staticfiles"
+if not _static_root:
+    # WhiteNoise warns about a missing STATIC_ROOT even when it serves from the finders.
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
+        # Hashed, compressed names need `collectstatic` first (production); local runs and
+        # tests serve the files as they are.
         "BACKEND": (
-            "django.contrib.staticfiles.storage.StaticFilesStorage"
-            if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if env_bool("STATIC_MANIFEST", not DEBUG)
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
         )
     },
 }
@@ -144,7 +150,8 @@ SESSION_COOKIE_SECURE = HTTPS
 CSRF_COOKIE_SECURE = HTTPS
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if HTTPS else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
-SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# The header only allows submission to the browser preload list; submitting stays a manual step.
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", HTTPS)
 if env_bool("BEHIND_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
@@ -174,6 +181,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
 if not CELERY_BROKER_URL:
     _broker_dir = COSTCENTER_HOME / "broker"
     CELERY_BROKER_URL = "filesystem://"
+    for _folder in ("queue", "processed"):
+        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),

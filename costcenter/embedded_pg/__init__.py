@@ -7,6 +7,9 @@ on a Unix socket only, and stops when the last process using it exits.
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
 import threading
 import warnings
 from pathlib import Path
@@ -38,6 +41,8 @@ def ensure_server(pgdata: Path, database: str) -> str:
 
             server = pgserver.get_server(pgdata, cleanup_mode="stop")
             _servers[pgdata] = server
+            # Registered after pgserver's own exit handler, so it runs first (atexit is LIFO).
+            atexit.register(_forget_dead_handles, server)
             socket_dir = _socket_dir(server)
             _create_database(socket_dir, database)
         return _socket_dir(server)
@@ -53,3 +58,31 @@ def _create_database(socket_dir: str, database: str) -> None:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{database}"')  # noqa: S608 - name comes from settings, not users
+
+
+def _forget_dead_handles(server) -> None:
+    """Drop processes that died without saying so from pgserver's list of server users.
+
+    pgserver stops the server when the last process in its list exits, but a process killed
+    by a signal (or a forked worker leaving through ``os._exit``) never removes itself, and
+    the server would then outlive everyone. Pruning the dead lets the last live one stop it.
+    """
+    path = Path(server.pgdata) / ".handle_pids.json"
+    with type(server)._lock:
+        try:
+            pids = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        alive = [pid for pid in pids if _alive(pid)]
+        if alive != pids:
+            path.write_text(json.dumps(alive))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

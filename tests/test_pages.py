@@ -1,0 +1,163 @@
+"""Pages: login on every one, team scoping, catalog on the overview, escaping, CSP, query counts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from costcenter.models import Team
+from tests.conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+# Sample arguments for URL patterns that take some; a new pattern without an entry fails the
+# login test below, so no page can be added without being checked.
+URL_KWARGS = {"cc-team": {"slug": "netops"}}
+PUBLIC = {"login"}
+POST_ONLY = {"logout"}
+
+
+def own_page_names() -> list[str]:
+    names = []
+    for entry in get_resolver().url_patterns:
+        if isinstance(entry, URLPattern) and entry.name:
+            names.append(entry.name)
+        elif isinstance(entry, URLResolver) and entry.app_name not in {"admin"}:
+            names.extend(p.name for p in entry.url_patterns if getattr(p, "name", None))
+    return names
+
+
+def login(client, username: str) -> None:
+    assert client.login(username=username, password=PASSWORD)
+
+
+@pytest.mark.parametrize("name", own_page_names())
+def test_every_page_requires_login(client, people, name):
+    url = reverse(name, kwargs=URL_KWARGS.get(name))
+    if name in POST_ONLY:
+        assert client.get(url).status_code == 405
+        return
+    response = client.get(url)
+    if name in PUBLIC:
+        assert response.status_code == 200
+        return
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login") + "?next=")
+
+
+def test_the_admin_requires_staff(client, people):
+    assert client.get("/admin/").status_code == 302
+    login(client, "alice")
+    assert client.get("/admin/").status_code == 302
+    login(client, "root")
+    assert client.get("/admin/").status_code == 200
+
+
+def test_logging_in_and_out(client, people):
+    response = client.post(reverse("login"), {"username": "alice", "password": "wrong"})
+    assert b"didn't match" in response.content
+    response = client.post(reverse("login"), {"username": "alice", "password": PASSWORD})
+    assert response.status_code == 302 and response["Location"] == reverse("cc-overview")
+    assert client.get(reverse("cc-overview")).status_code == 200
+    client.post(reverse("logout"))
+    assert client.get(reverse("cc-overview")).status_code == 302
+
+
+def test_the_overview_shows_the_catalog(client, people):
+    login(client, "alice")
+    response = client.get(reverse("cc-overview"))
+    page = response.content.decode()
+    for name in ("h100-a", "mi300x-b", "vllm-h100-a", "openai-gpt-4o-mini", "gpt-4o-mini", "claude-sonnet-4"):
+        assert name in page
+    assert "H100-80GB-SXM" in page and "AMD" in page
+    assert 'Hostname=~"gpu-node-a.*"' in page
+    # gpt-4.1 got a list-price cut on 2026-11-20; the overview shows the price in force today.
+    assert "USD 1.8" in page
+    # Self-run models have no token price: flagged, not shown as free.
+    assert page.count("no price in force") == 3
+    chart = json.loads(response.context["gpus_chart"] and json.dumps(response.context["gpus_chart"]))
+    assert {trace["name"] for trace in chart["data"]} == {"NVIDIA", "AMD"}
+    assert sorted(y for trace in chart["data"] for y in trace["y"]) == [8, 8]
+
+
+def visible_team_slugs(response) -> list[str]:
+    return [team.slug for team in response.context["teams"]]
+
+
+@pytest.mark.parametrize(
+    ("username", "expected"),
+    [
+        ("alice", ["netops"]),
+        ("bob", ["support"]),
+        ("dave", []),
+        ("carol", ["netops", "research", "search", "support"]),
+        ("root", ["netops", "research", "search", "support"]),
+    ],
+)
+def test_team_visibility_follows_roles(client, people, username, expected):
+    login(client, username)
+    assert visible_team_slugs(client.get(reverse("cc-teams"))) == expected
+    overview = client.get(reverse("cc-overview"))
+    assert [team.slug for team in overview.context["catalog"].teams] == expected
+    for slug in ["netops", "support", "search", "research"]:
+        status = client.get(reverse("cc-team", kwargs={"slug": slug})).status_code
+        assert status == (200 if slug in expected else 404), (username, slug)
+
+
+def test_a_hidden_team_and_a_missing_team_look_the_same(client, people):
+    login(client, "bob")
+    hidden = client.get(reverse("cc-team", kwargs={"slug": "netops"}))
+    missing = client.get(reverse("cc-team", kwargs={"slug": "no-such-team"}))
+    assert hidden.status_code == missing.status_code == 404
+
+
+def test_the_team_page_lists_members_with_roles(client, people):
+    login(client, "alice")
+    page = client.get(reverse("cc-team", kwargs={"slug": "netops"})).content.decode()
+    assert "alice" in page and "Editor" in page
+    assert "bob" not in page
+
+
+def test_user_data_is_escaped_on_pages_and_in_chart_data(client, people):
+    evil = "<img src=x onerror=alert(1)>"
+    Team.objects.filter(slug="netops").update(name=evil)
+    from costcenter.models import Pool
+
+    Pool.objects.filter(name="h100-a").update(name=evil)
+    login(client, "alice")
+    page = client.get(reverse("cc-overview")).content.decode()
+    assert evil not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    # json_script escapes <, > and & inside the JSON so the block cannot end the script element.
+    assert "\\u003Cimg src=x onerror=alert(1)\\u003E" in page
+
+
+def test_pages_carry_a_strict_content_security_policy(client, people):
+    login(client, "alice")
+    response = client.get(reverse("cc-overview"))
+    policy = response["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "unsafe-eval" not in policy
+    assert "'unsafe-inline'" not in policy.split("script-src")[1].split(";")[0]
+    assert "frame-ancestors 'none'" in policy
+    assert response["X-Frame-Options"] == "DENY"
+
+
+def test_the_overview_runs_a_fixed_number_of_queries(client, people, django_assert_num_queries):
+    login(client, "carol")
+    client.get(reverse("cc-overview"))  # warm the session
+    # session, user, profile, memberships, teams, pools, pool prices, pool endpoints, models,
+    # model prices, endpoints.
+    with django_assert_num_queries(11):
+        client.get(reverse("cc-overview"))
+
+
+def test_an_empty_catalog_explains_what_to_do(client, db):
+    from tests.conftest import make_user
+
+    make_user("newbie")
+    login(client, "newbie")
+    page = client.get(reverse("cc-overview")).content.decode()
+    assert "The catalog is empty" in page and "load_catalog" in page
+    assert "not a member of any team" in page
