@@ -17,3 +17,5 @@ os.environ.setdefault("COSTCENTER_HOME", str(_ROOT / ".costcenter-test"))
 os.environ.setdefault("STATIC_MANIFEST", "false")
 os.environ.setdefault("WHITENOISE_USE_FINDERS", "true")
 os.environ.setdefault("DEBUG", "false")
+# Live-server threads would otherwise keep connections open and block dropping the test database.
+os.environ.setdefault("DATABASE_CONN_MAX_AGE", "0")

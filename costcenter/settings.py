@@ -181,13 +181,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict = {}
 if not CELERY_BROKER_URL:
     _broker_dir = COSTCENTER_HOME / "broker"
     CELERY_BROKER_URL = "filesystem://"
-    for _folder in ("queue", "processed"):
+    for _folder in ("queue", "processed", "control"):
         (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
+        # Broadcast (remote control) state, which kombu would otherwise write to ./control.
+        "control_folder": str(_broker_dir / "control"),
     }
 CELERY_BEAT_SCHEDULE_FILENAME = str(COSTCENTER_HOME / "celerybeat-schedule")
 

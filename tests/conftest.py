@@ -14,6 +14,9 @@ from django.contrib.auth import get_user_model
 from costcenter.catalog import catalog_load
 from costcenter.models import Membership, OrgRole, Team, TeamRole, UserProfile
 
+# The browser fixture (``browser_page``) lives in its own module.
+pytest_plugins = ["tests.browser"]
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CATALOG = ROOT / "examples" / "catalog.yaml"
 PASSWORD = "correct-horse-battery-staple"

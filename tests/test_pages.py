@@ -74,9 +74,9 @@ def test_the_overview_shows_the_catalog(client, people):
     assert "H100-80GB-SXM" in page and "AMD" in page
     assert 'Hostname=~"gpu-node-a.*"' in page
     # gpt-4.1 got a list-price cut on 2026-11-20; the overview shows the price in force today.
-    assert "USD 1.8" in page
+    assert "$1.80" in page
     # Self-run models have no token price: flagged, not shown as free.
-    assert page.count("no price in force") == 3
+    assert page.count("no token price") == 3
     chart = json.loads(response.context["gpus_chart"] and json.dumps(response.context["gpus_chart"]))
     assert {trace["name"] for trace in chart["data"]} == {"NVIDIA", "AMD"}
     assert sorted(y for trace in chart["data"] for y in trace["y"]) == [8, 8]
@@ -161,3 +161,15 @@ def test_an_empty_catalog_explains_what_to_do(client, db):
     page = client.get(reverse("cc-overview")).content.decode()
     assert "The catalog is empty" in page and "load_catalog" in page
     assert "not a member of any team" in page
+
+
+def test_rates_are_shown_with_units_and_at_least_cents():
+    from decimal import Decimal
+
+    from costcenter.templatetags.cc import rate
+
+    assert rate(Decimal("2.500000000"), "USD") == "$2.50"
+    assert rate(Decimal("0.075000000"), "USD") == "$0.075"
+    assert rate(Decimal("1234.5"), "EUR") == "€1,234.50"
+    assert rate(Decimal("3"), "CHF") == "3.00 CHF"
+    assert rate(None, "USD") == "—"
