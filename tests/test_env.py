@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -99,3 +100,19 @@ def test_it_is_clean_under_check_for_local_use(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "dev-secret-key").exists()
+
+
+def test_collectstatic_builds_the_hashed_manifest_production_serves(tmp_path):
+    production = {
+        "DEBUG": "false",
+        "SECRET_KEY": "k3y-" + "x7Gq2" * 12,
+        "COSTCENTER_HOME": str(tmp_path),
+        "STATIC_ROOT": str(tmp_path / "static"),
+        "STATIC_MANIFEST": "true",
+        "WHITENOISE_USE_FINDERS": "false",
+    }
+    result = _manage("collectstatic", "--noinput", env=production)
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "static" / "staticfiles.json").read_text())
+    hashed = manifest["paths"]["vendor/plotly.min.js"]
+    assert hashed != "vendor/plotly.min.js" and (tmp_path / "static" / (hashed + ".gz")).exists()
