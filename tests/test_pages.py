@@ -7,7 +7,7 @@ import json
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from costcenter.models import Team
+from costcenter.models import Pool, Team
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -123,7 +123,6 @@ def test_the_team_page_lists_members_with_roles(client, people):
 def test_user_data_is_escaped_on_pages_and_in_chart_data(client, people):
     evil = "<img src=x onerror=alert(1)>"
     Team.objects.filter(slug="netops").update(name=evil)
-    from costcenter.models import Pool
 
     Pool.objects.filter(name="h100-a").update(name=evil)
     login(client, "alice")
@@ -173,3 +172,17 @@ def test_rates_are_shown_with_units_and_at_least_cents():
     assert rate(Decimal("1234.5"), "EUR") == "€1,234.50"
     assert rate(Decimal("3"), "CHF") == "3.00 CHF"
     assert rate(None, "USD") == "—"
+
+
+def test_the_admin_lists_and_edits_every_catalog_object(client, people):
+    from django.contrib import admin
+
+    login(client, "root")
+    for model in admin.site._registry:
+        meta = model._meta
+        for view in ("changelist", "add"):
+            url = reverse(f"admin:{meta.app_label}_{meta.model_name}_{view}")
+            assert client.get(url).status_code == 200, url
+    pool_id = Pool.objects.get(name="h100-a").pk
+    page = client.get(reverse("admin:costcenter_pool_change", args=[pool_id])).content.decode()
+    assert "gpu-node-a" in page and "2.500000000" in page  # matchers and the GPU-hour price rows
