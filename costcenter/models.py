@@ -17,6 +17,8 @@ from costcenter.money import rate_field, weight_field
 class Team(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
+    # Set when ingestion met the team in usage before anyone put it in the catalog.
+    auto_registered = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["slug"]
@@ -81,6 +83,7 @@ class LlmModel(models.Model):
     name = models.CharField(max_length=200)
     version = models.CharField(max_length=100, blank=True, default="")
     family = models.CharField(max_length=100, blank=True, default="")
+    auto_registered = models.BooleanField(default=False)
 
     class Meta:
         verbose_name = "model"
@@ -128,6 +131,8 @@ class Pool(models.Model):
 class EndpointKind(models.TextChoices):
     TOKEN_PRICED = "token_priced", "Token-priced (hosted API)"
     GPU_POOL = "gpu_pool", "GPU pool (self-run)"
+    # Named by usage but not (yet) in the catalog: its attempts are counted and unpriced.
+    UNKNOWN = "unknown", "Unknown (not in the catalog)"
 
 
 class Endpoint(models.Model):
@@ -135,12 +140,15 @@ class Endpoint(models.Model):
     kind = models.CharField(max_length=16, choices=EndpointKind.choices)
     provider = models.CharField(max_length=100, blank=True, default="")
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, null=True, blank=True, related_name="endpoints")
+    auto_registered = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
-                condition=(Q(kind=EndpointKind.TOKEN_PRICED) & Q(pool__isnull=True))
+                condition=(
+                    Q(kind__in=[EndpointKind.TOKEN_PRICED, EndpointKind.UNKNOWN]) & Q(pool__isnull=True)
+                )
                 | (Q(kind=EndpointKind.GPU_POOL) & Q(pool__isnull=False)),
                 name="endpoint_pool_matches_kind",
             ),
@@ -254,3 +262,45 @@ class GpuHourPrice(PricePeriod):
 
     def series_filter(self) -> Q:
         return Q(pool_id=self.pool_id)
+
+
+class Workload(models.Model):
+    """A kind of business task (summarize, classify …), named by usage records."""
+
+    name = models.CharField(max_length=200, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TokenScope(models.TextChoices):
+    READ = "read", "Read"
+    INGEST = "ingest", "Ingest"
+
+
+class ApiToken(models.Model):
+    """A personal API token. Only its SHA-256 is stored; the token is shown once, at creation.
+
+    A token acts for its user with that user's team visibility; ``ingest`` tokens may write usage
+    only for the user's teams (org admins: any team), ``read`` tokens may only read.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True, default="")
+    scope = models.CharField(max_length=16, choices=TokenScope.choices, default=TokenScope.READ)
+    # The first characters of the token, kept in clear so a user can tell tokens apart.
+    prefix = models.CharField(max_length=16)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.scope}) of {self.user}"
