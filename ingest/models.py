@@ -63,6 +63,9 @@ class SourceDimensionValue(models.Model):
             )
         ]
 
+    def __str__(self) -> str:
+        return f"{self.source_id}:{self.dimension}={self.value_id}"
+
 
 class ErrorType(models.Model):
     """Error types named by failed attempts (``rate_limit_exceeded`` …), kept once."""
@@ -95,6 +98,9 @@ class FileCheckpoint(models.Model):
             models.UniqueConstraint(fields=["source", "path"], name="filecheckpoint_source_path_unique")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.path} ({self.items_done} items)"
+
 
 class IngestRun(models.Model):
     """One ingest of one file or one HTTP request, with its counts."""
@@ -111,6 +117,9 @@ class IngestRun(models.Model):
     class Meta:
         indexes = [models.Index(fields=["source", "started_at"])]
 
+    def __str__(self) -> str:
+        return f"{self.origin} at {self.started_at:%Y-%m-%d %H:%M}"
+
 
 class RejectedRecord(models.Model):
     """A record we refused, with where it was and why; never the prompt or output."""
@@ -125,12 +134,18 @@ class RejectedRecord(models.Model):
     class Meta:
         indexes = [models.Index(fields=["source", "created_at"])]
 
+    def __str__(self) -> str:
+        return f"{self.location}: {self.reason}"
+
 
 class DirtyHour(models.Model):
     """An hour (UTC) whose attempts changed: the cost engine recomputes its buckets."""
 
     hour = models.DateTimeField(primary_key=True)
     marked_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}:00"
 
 
 class Attempt(models.Model):
@@ -168,3 +183,6 @@ class Attempt(models.Model):
     class Meta:
         managed = False
         db_table = "ingest_attempt"
+
+    def __str__(self) -> str:
+        return f"{self.task_id}#{self.attempt} at {self.ts:%Y-%m-%d %H:%M:%S}"
