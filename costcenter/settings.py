@@ -193,6 +193,12 @@ if not CELERY_BROKER_URL:
     }
 CELERY_BEAT_SCHEDULE_FILENAME = str(COSTCENTER_HOME / "celerybeat-schedule")
 
+# --- Ingestion -------------------------------------------------------------------------------
+# Distinct values one source may write per dimension (team, workload, model, endpoint).
+INGEST_DIMENSION_LIMIT = env_int("INGEST_DIMENSION_LIMIT", 1000, minimum=1)
+# Rows per COPY batch (and per committed checkpoint).
+INGEST_BATCH_SIZE = env_int("INGEST_BATCH_SIZE", 20000, minimum=1)
+
 # --- Prometheus ------------------------------------------------------------------------------
 PROMETHEUS_URL = env_str("PROMETHEUS_URL")
 
@@ -202,8 +208,15 @@ CURRENCY = (env_str("CURRENCY", "USD") or "USD").upper()
 
 # --- REST API --------------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    # Bearer first: its WWW-Authenticate challenge turns unauthenticated API calls into 401s.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "costcenter.api_auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["costcenter.api_auth.TokenRateThrottle"],
+    # Per token (per user for sessions); "off" disables. Validated when the throttle first runs.
+    "DEFAULT_THROTTLE_RATES": {"api_token": env_str("API_THROTTLE_RATE", "600/min")},
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "COERCE_DECIMAL_TO_STRING": True,
 }

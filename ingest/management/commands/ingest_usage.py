@@ -1,0 +1,101 @@
+"""``python manage.py ingest_usage FILE_OR_DIR... [--format …] [--source NAME]``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ingest.formats import FORMAT_NAMES
+from ingest.formats.detect import UnknownFormat
+from ingest.records import FileDefaults
+from ingest.services import IngestResult, ingest_path, source_for
+from ingest.sources import usage_files
+
+
+class Progress:
+    """A one-line progress display on a terminal (records/s, rejects); silent otherwise."""
+
+    def __init__(self, stream, label: str) -> None:
+        self.stream = stream
+        self.enabled = hasattr(stream, "isatty") and stream.isatty()
+        self.label = label
+        self.started = time.monotonic()
+        self.last = 0.0
+
+    def __call__(self, result: IngestResult) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.last < 0.2:
+            return
+        self.last = now
+        rate = result.records / max(now - self.started, 1e-6)
+        self.stream.write(
+            f"\r{self.label}: {result.records:,} records  {rate:,.0f}/s  "
+            f"{result.accepted:,} new  {result.duplicate:,} duplicate  {result.rejected:,} rejected\x1b[K"
+        )
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.enabled:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+class Command(BaseCommand):
+    help = "Ingest usage logs (canonical JSONL, OpenAI batch output, LiteLLM spend logs, OTLP/JSON), plain or gzip."
+
+    def add_arguments(self, parser):
+        parser.add_argument("paths", nargs="+", type=Path, metavar="FILE_OR_DIR")
+        parser.add_argument("--format", default="auto", choices=["auto", *FORMAT_NAMES])
+        parser.add_argument("--source", default="files", help="idempotency keys are unique within a source")
+        parser.add_argument("--team", help="team of records that name none")
+        parser.add_argument("--workload", help="workload of records that name none")
+        parser.add_argument("--endpoint", help="endpoint of records that name none")
+        parser.add_argument("--model", help="model of records that name none")
+        parser.add_argument("--force", action="store_true", help="re-read files already ingested in full")
+
+    def handle(self, *args, paths, format, source, team, workload, endpoint, model, force, **options):
+        missing = [str(path) for path in paths if not path.exists()]
+        if missing:
+            raise CommandError(f"no such file or directory: {', '.join(missing)}")
+        files = usage_files(paths)
+        if not files:
+            raise CommandError("no usage files found in the given directories")
+        defaults = FileDefaults(team=team, workload=workload, endpoint=endpoint, model=model)
+        target = source_for(source)
+        total = IngestResult()
+        started = time.monotonic()
+        failed = 0
+        for path in files:
+            progress = Progress(self.stderr._out, path.name)
+            try:
+                result = ingest_path(
+                    path, source=target, fmt=format, defaults=defaults, progress=progress, force=force
+                )
+            except (UnknownFormat, OSError) as exc:
+                progress.done()
+                failed += 1
+                self.stderr.write(f"{path}: not ingested: {exc}")
+                continue
+            progress.done()
+            total.add(result)
+            if result.unchanged_files:
+                self.stdout.write(f"{path}: unchanged since it was ingested in full (--force re-reads it)")
+            else:
+                self.stdout.write(
+                    f"{path}: {result.accepted:,} accepted, {result.duplicate:,} duplicate, {result.rejected:,} rejected"
+                )
+        elapsed = time.monotonic() - started
+        self.stdout.write(
+            f"total: {total.accepted:,} accepted, {total.duplicate:,} duplicate, {total.rejected:,} rejected "
+            f"from {len(files) - failed} file(s) in {elapsed:.1f}s"
+            + (f" ({total.records / elapsed:,.0f} records/s)" if elapsed > 0 and total.records else "")
+        )
+        for reason, count in total.reasons.most_common():
+            self.stdout.write(f"  rejected {count:,}× {reason}")
+        if failed:
+            self.stdout.write(f"{failed} file(s) could not be read; see the messages above")
+        if failed == len(files):
+            sys.exit(1)
