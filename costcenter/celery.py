@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.schedules import crontab
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "costcenter.settings")
 
@@ -27,7 +28,21 @@ app.conf.update(
     timezone="UTC",
     enable_utc=True,
     broker_connection_retry_on_startup=True,
-    # Nothing is scheduled yet: ingestion, rollups, budgets and reports add their entries here.
-    beat_schedule={},
+    beat_schedule={
+        # New and grown usage files should show up within a minute or two; files still being
+        # written are left for the next tick (ingest.sources.SETTLE_SECONDS).
+        "scan-usage-directories": {
+            "task": "ingest.scan_usage_directories",
+            "schedule": crontab(minute="*"),
+            "options": {"expires": 55},
+        },
+        # The coming months' partitions exist before their first row arrives, so no insert waits
+        # on DDL at midnight of the 1st. Daily is plenty: two months are kept ahead.
+        "create-partitions-ahead": {
+            "task": "ingest.create_partitions_ahead",
+            "schedule": crontab(minute=17, hour=3),
+            "options": {"expires": 3600},
+        },
+    },
 )
 app.autodiscover_tasks()

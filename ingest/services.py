@@ -14,11 +14,12 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from ingest.dimensions import DimensionIds, DimensionRejected
@@ -44,6 +45,7 @@ class IngestResult:
     sample_rejects: list[Reject] = field(default_factory=list)
     files: int = 0
     unchanged_files: int = 0
+    busy_files: int = 0  # being read by another process right now
 
     @property
     def records(self) -> int:
@@ -58,6 +60,7 @@ class IngestResult:
         self.sample_rejects.extend(other.sample_rejects[: max(room, 0)])
         self.files += other.files
         self.unchanged_files += other.unchanged_files
+        self.busy_files += other.busy_files
 
 
 def source_for(name: str, *, kind: str = SourceKind.FILES) -> Source:
@@ -225,6 +228,37 @@ def ingest_path(
     ``force`` re-reads a finished file anyway (its rows come back as duplicates).
     """
     path = Path(os.path.abspath(path))
+    # One reader per (source, file) at a time, across processes and machines: a second one
+    # (an overlapping beat tick, a user re-running the command) skips the file.
+    with file_lock(source, path) as acquired:
+        if not acquired:
+            return IngestResult(files=1, busy_files=1)
+        return _ingest_locked(path, source=source, fmt=fmt, defaults=defaults, progress=progress, force=force)
+
+
+@contextmanager
+def file_lock(source: Source, path: Path) -> Iterator[bool]:
+    key = hash64(f"ingest-file:{source.pk}:{path}")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        acquired = cursor.fetchone()[0]
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
+def _ingest_locked(
+    path: Path,
+    *,
+    source: Source,
+    fmt: str,
+    defaults: FileDefaults | None,
+    progress: Callable[[IngestResult], None] | None,
+    force: bool,
+) -> IngestResult:
     size = path.stat().st_size
     head_hash = _head_hash(path, size)
     checkpoint, created = FileCheckpoint.objects.get_or_create(
@@ -256,3 +290,21 @@ def ingest_path(
     )
     result.files = 1
     return result
+
+
+def files_to_ingest(source: Source) -> list[Path]:
+    """Files of a directory source that are new, grown or changed since their checkpoint."""
+    from ingest.sources import SETTLE_SECONDS, usage_files
+
+    done = {
+        path: (size, complete)
+        for path, size, complete in FileCheckpoint.objects.filter(source=source).values_list(
+            "path", "size", "complete"
+        )
+    }
+    wanted = []
+    for path in usage_files([Path(source.path)], settle_seconds=SETTLE_SECONDS):
+        known = done.get(str(path.resolve()))
+        if known is None or not known[1] or path.stat().st_size != known[0]:
+            wanted.append(path)
+    return wanted

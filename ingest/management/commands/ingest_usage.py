@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -43,6 +45,14 @@ class Progress:
             self.stream.flush()
 
 
+def _moment(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 timestamp") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
 class Command(BaseCommand):
     help = "Ingest usage logs (canonical JSONL, OpenAI batch output, LiteLLM spend logs, OTLP/JSON), plain or gzip."
 
@@ -55,15 +65,22 @@ class Command(BaseCommand):
         parser.add_argument("--endpoint", help="endpoint of records that name none")
         parser.add_argument("--model", help="model of records that name none")
         parser.add_argument("--force", action="store_true", help="re-read files already ingested in full")
+        parser.add_argument(
+            "--default-ts",
+            type=_moment,
+            help="ISO timestamp for records that carry none (OpenAI batch error lines: the batch's completed_at)",
+        )
 
-    def handle(self, *args, paths, format, source, team, workload, endpoint, model, force, **options):
+    def handle(
+        self, *args, paths, format, source, team, workload, endpoint, model, force, default_ts, **options
+    ):
         missing = [str(path) for path in paths if not path.exists()]
         if missing:
             raise CommandError(f"no such file or directory: {', '.join(missing)}")
         files = usage_files(paths)
         if not files:
             raise CommandError("no usage files found in the given directories")
-        defaults = FileDefaults(team=team, workload=workload, endpoint=endpoint, model=model)
+        defaults = FileDefaults(team=team, workload=workload, endpoint=endpoint, model=model, ts=default_ts)
         target = source_for(source)
         total = IngestResult()
         started = time.monotonic()
@@ -81,7 +98,9 @@ class Command(BaseCommand):
                 continue
             progress.done()
             total.add(result)
-            if result.unchanged_files:
+            if result.busy_files:
+                self.stdout.write(f"{path}: skipped, another process is ingesting it right now")
+            elif result.unchanged_files:
                 self.stdout.write(f"{path}: unchanged since it was ingested in full (--force re-reads it)")
             else:
                 self.stdout.write(

@@ -1,0 +1,45 @@
+"""Celery tasks of ingestion: thin wrappers that take ids and paths and call the services."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from celery import shared_task
+from django.utils import timezone
+
+
+@shared_task(name="ingest.scan_usage_directories", expires=55)
+def scan_usage_directories() -> int:
+    """Queue one ingest task per new or grown file of every directory source."""
+    from ingest.models import Source, SourceKind
+    from ingest.services import files_to_ingest
+
+    queued = 0
+    for source in Source.objects.filter(kind=SourceKind.DIRECTORY).exclude(path=""):
+        for path in files_to_ingest(source):
+            ingest_usage_file.delay(source.pk, str(path))
+            queued += 1
+    return queued
+
+
+@shared_task(name="ingest.ingest_usage_file", acks_late=True)
+def ingest_usage_file(source_id: int, path: str) -> dict:
+    """Ingest one file; safe to run twice or concurrently (checkpoint + per-file lock + keys)."""
+    from ingest.models import Source
+    from ingest.records import FileDefaults
+    from ingest.services import ingest_path
+
+    source = Source.objects.get(pk=source_id)
+    options = source.options or {}
+    defaults = FileDefaults(
+        team=options.get("team"), workload=options.get("workload"), endpoint=options.get("endpoint")
+    )
+    result = ingest_path(Path(path), source=source, fmt=options.get("format", "auto"), defaults=defaults)
+    return {"accepted": result.accepted, "duplicate": result.duplicate, "rejected": result.rejected}
+
+
+@shared_task(name="ingest.create_partitions_ahead", expires=3600)
+def create_partitions_ahead() -> list[str]:
+    from ingest.partitions import ensure_partitions_ahead
+
+    return ensure_partitions_ahead(now=timezone.now())
