@@ -15,6 +15,7 @@ NAVIGATION = [
     ("Alerts", "cc-alerts"),
     ("Ingestion", "cc-ingestion"),
     ("Teams", "cc-teams"),
+    ("API tokens", "cc-tokens"),
 ]
 
 

@@ -2,7 +2,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from costcenter import views
+from costcenter import token_views, views
+from ingest import api as ingest_api
 
 admin.site.site_header = "CostCenter administration"
 admin.site.site_title = "CostCenter"
@@ -11,6 +12,10 @@ urlpatterns = [
     path("", views.overview, name="cc-overview"),
     path("teams/", views.team_list, name="cc-teams"),
     path("teams/<slug:slug>/", views.team_detail, name="cc-team"),
+    path("tokens/", token_views.token_list, name="cc-tokens"),
+    path("api/v1/usage/", ingest_api.UsageIngestView.as_view(), name="cc-api-usage"),
+    # OTLP/HTTP's default traces path, so exporters need only the base URL as their endpoint.
+    path("v1/traces", ingest_api.OtlpTracesView.as_view(), name="cc-otlp-traces"),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
