@@ -1,0 +1,252 @@
+"""Ingestion benchmark: our end-to-end ``ingest_usage`` beside raw binary COPY and ``bulk_create``.
+
+    python bench/ingest.py [--records 2000000] [--keep]
+
+Runs against an embedded Postgres under ``.costcenter-bench/`` (or DATABASE_URL), on the real
+``ingest_attempt`` table (monthly partitions, primary key, BRIN). Each method loads the same
+rows into the empty table, measured side by side in one run:
+
+1. end-to-end: ``manage.py ingest_usage FILE`` in a child process (parse, validate, dimension ids,
+   binary COPY to staging, INSERT … ON CONFLICT DO NOTHING, checkpoints); its peak RSS is read
+   from the child's rusage;
+2. re-ingest of the same file with ``--force`` (every row a duplicate, 0 added);
+3. raw binary COPY of the very rows step 1 stored (dumped with COPY TO, then loaded back into the
+   emptied table): the physical limit for this layout;
+4. Django ``bulk_create`` (batches of 1,000, ``ignore_conflicts``) of the same rows, timing only
+   the ``bulk_create`` calls: what a typical Django app does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "costcenter.settings")
+os.environ.setdefault("COSTCENTER_HOME", str(ROOT / ".costcenter-bench"))
+os.environ.setdefault("DEBUG", "true")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from ingest.formats import iter_path_records  # noqa: E402
+from ingest.models import Attempt  # noqa: E402
+from ingest.records import FileDefaults, UsageRecord  # noqa: E402
+from ingest.services import source_for  # noqa: E402
+
+TEAMS = ["netops", "support", "search", "research", "platform", "growth"]
+WORKLOADS = ["summarize", "classify", "extract", "chat", "rerank", "code-review", "translate", "qa"]
+MODELS = [
+    ("llama-3.1-70b-instruct-awq", "vllm-h100-a"),
+    ("qwen2.5-72b-instruct", "vllm-mi300x-b"),
+    ("gpt-4o-mini", "openai-gpt-4o-mini"),
+    ("gpt-4.1", "openai-gpt-4.1"),
+    ("claude-sonnet-4", "anthropic-claude-sonnet"),
+]
+
+
+def generate(path: Path, records: int, seed: int = 1) -> None:
+    """Realistic canonical JSONL: ~30 days, retries, failures, log-normal token lengths."""
+    rng = random.Random(seed)
+    start = datetime(2026, 10, 30, tzinfo=UTC)
+    step = timedelta(days=30) / records
+    with path.open("w") as out:
+        task = 0
+        i = 0
+        while i < records:
+            task += 1
+            model, endpoint = rng.choice(MODELS)
+            team, workload = rng.choice(TEAMS), rng.choice(WORKLOADS)
+            for attempt in range(1, 4):
+                failed = rng.random() < 0.04
+                prompt = int(rng.lognormvariate(6.5, 0.8))
+                completion = 0 if failed else int(rng.lognormvariate(5, 0.9))
+                latency = int(200 + completion * rng.uniform(8, 25))
+                record = {
+                    "task_id": f"task-{task}",
+                    "attempt": attempt,
+                    "request_id": f"req-{task}-{attempt}-{rng.getrandbits(48):012x}",
+                    "ts": (start + step * i).isoformat().replace("+00:00", "Z"),
+                    "model": model,
+                    "endpoint": endpoint,
+                    "workload": workload,
+                    "team": team,
+                    "status": "failure" if failed else "success",
+                    "http_status": rng.choice([429, 500, 503]) if failed else 200,
+                    "error_type": "upstream_error" if failed else None,
+                    "latency_ms": latency,
+                    "ttft_ms": int(latency * rng.uniform(0.05, 0.3)),
+                    "queue_wait_ms": rng.randint(0, 50),
+                    "usage": {
+                        "prompt_tokens": prompt,
+                        "completion_tokens": completion,
+                        "total_tokens": prompt + completion,
+                        "prompt_tokens_details": {"cached_tokens": rng.randint(0, prompt // 2)},
+                    },
+                }
+                out.write(json.dumps(record, separators=(",", ":")) + "\n")
+                i += 1
+                if not failed or i >= records:
+                    break
+
+
+def table_bytes() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) FROM pg_inherits "
+            "WHERE inhparent = 'ingest_attempt'::regclass"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def row_count() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM ingest_attempt")
+        return cursor.fetchone()[0]
+
+
+def truncate() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE ingest_attempt")
+        cursor.execute("TRUNCATE ingest_filecheckpoint, ingest_rejectedrecord, ingest_dirtyhour CASCADE")
+
+
+def run_child(args: list[str]) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS (bytes) and stdout of ``manage.py ARGS`` in a child process."""
+    started = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "manage.py", *args], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    output = child.stdout.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    elapsed = time.perf_counter() - started
+    if status != 0:
+        raise SystemExit(f"manage.py {' '.join(args)} failed:\n{output}")
+    return elapsed, usage.ru_maxrss * 1024, output
+
+
+def raw_copy(dump: Path) -> float:
+    with connection.cursor() as cursor, dump.open("wb") as out:
+        with cursor.copy("COPY (SELECT * FROM ingest_attempt) TO STDOUT (FORMAT BINARY)") as copy:
+            for block in copy:
+                out.write(block)
+    truncate()
+    started = time.perf_counter()
+    with connection.cursor() as cursor, dump.open("rb") as data:
+        with cursor.copy("COPY ingest_attempt FROM STDIN (FORMAT BINARY)") as copy:
+            while block := data.read(1 << 20):
+                copy.write(block)
+    return time.perf_counter() - started
+
+
+def bulk_create(path: Path) -> float:
+    """Only the bulk_create calls are timed; parsing and id lookups are not."""
+    from ingest.dimensions import DimensionIds
+    from ingest.writer import hash64
+
+    dims = DimensionIds(source_for("bench-bulk"))
+    batch: list[Attempt] = []
+    spent = 0.0
+
+    def flush() -> float:
+        started = time.perf_counter()
+        Attempt.objects.bulk_create(batch, batch_size=1000, ignore_conflicts=True)
+        return time.perf_counter() - started
+
+    for item in iter_path_records(path, "canonical", defaults=FileDefaults(), now=datetime.now(UTC)):
+        if not isinstance(item, UsageRecord):
+            continue
+        batch.append(
+            Attempt(
+                ts=item.ts,
+                key_hash=hash64(item.idempotency_key),
+                task_hash=hash64(item.task_id),
+                source_id=dims.source.pk,
+                team_id=dims.team(item.team),
+                workload_id=dims.workload(item.workload),
+                model_id=dims.model(item.model, item.model_version),
+                endpoint_id=dims.endpoint(item.endpoint),
+                error_type_id=dims.error_type(item.error_type),
+                prompt_tokens=item.prompt_tokens,
+                completion_tokens=item.completion_tokens,
+                cached_tokens=item.cached_tokens,
+                reasoning_tokens=item.reasoning_tokens,
+                latency_ms=item.latency_ms,
+                ttft_ms=item.ttft_ms,
+                queue_wait_ms=item.queue_wait_ms,
+                attempt=item.attempt,
+                http_status=item.http_status,
+                succeeded=item.status == "success",
+                task_id=item.task_id,
+            )
+        )
+        if len(batch) >= 10_000:
+            spent += flush()
+            batch = []
+    if batch:
+        spent += flush()
+    return spent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--keep", action="store_true", help="keep the generated files")
+    args = parser.parse_args()
+    n = args.records
+
+    call_command("migrate", verbosity=0)
+    work = Path(os.environ["COSTCENTER_HOME"]) / "bench"
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / f"usage-{n}.jsonl"
+    if not data.exists():
+        print(f"generating {n:,} canonical records …", flush=True)
+        generate(data, n)
+    print(f"input: {data} ({data.stat().st_size / 1e6:,.0f} MB, {data.stat().st_size / n:.0f} bytes/record)")
+    truncate()
+
+    e2e, rss, _ = run_child(["ingest_usage", str(data), "--source", "bench", "--force"])
+    stored = row_count()
+    bytes_per_row = table_bytes() / stored
+    again, again_rss, out = run_child(["ingest_usage", str(data), "--source", "bench", "--force"])
+    assert row_count() == stored, "re-ingest added rows"
+    copy_s = raw_copy(work / "rows.copy")
+    assert row_count() == stored
+    truncate()
+    bulk_s = bulk_create(data)
+    assert row_count() == stored
+
+    rate = {name: stored / seconds for name, seconds in [("e2e", e2e), ("copy", copy_s), ("bulk", bulk_s)]}
+    print(f"\nrows stored: {stored:,} of {n:,} records (same rows for every method)")
+    print(f"{'method':<34}{'seconds':>10}{'rows/s':>12}")
+    print(f"{'ingest_usage end-to-end':<34}{e2e:>10.1f}{rate['e2e']:>12,.0f}")
+    print(f"{'raw binary COPY (limit)':<34}{copy_s:>10.1f}{rate['copy']:>12,.0f}")
+    print(f"{'Django bulk_create':<34}{bulk_s:>10.1f}{rate['bulk']:>12,.0f}")
+    print(f"{'re-ingest, all duplicates':<34}{again:>10.1f}{n / again:>12,.0f}")
+    print(f"\nend-to-end / raw COPY     {rate['e2e'] / rate['copy']:.2f}   (target >= 0.6)")
+    print(f"end-to-end / bulk_create  {rate['e2e'] / rate['bulk']:.2f}   (target >= 5)")
+    print(f"bytes per row on disk     {bytes_per_row:.0f}   (heap + primary key + BRIN; target <= 200)")
+    print(
+        f"peak RSS of ingest_usage  {rss / 2**20:.0f} MiB (re-ingest {again_rss / 2**20:.0f} MiB; target <= 300)"
+    )
+    if not args.keep:
+        data.unlink()
+        (work / "rows.copy").unlink()
+
+
+if __name__ == "__main__":
+    main()
