@@ -6,6 +6,7 @@ import gzip
 import json
 
 import pytest
+from django.db import connection
 from django.urls import reverse
 from rest_framework.test import APIClient
 
@@ -17,6 +18,19 @@ from tests.ingest_helpers import canonical
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/usage/"
+
+
+@pytest.fixture(autouse=True)
+def no_attempts_from_other_tests(django_db_setup, django_db_blocker):
+    """``ingest_attempt`` is unmanaged, so transactional tests' flushes leave its rows behind."""
+
+    def clear():
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute("DELETE FROM ingest_attempt")
+
+    clear()
+    yield
+    clear()
 
 
 def test_the_url_is_named():
