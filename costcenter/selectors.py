@@ -35,6 +35,7 @@ class ModelRow:
     cached_input_per_mtok: Decimal | None
     output_per_mtok: Decimal | None
     endpoint_price_count: int  # endpoint-specific series on top of the generic one
+    auto_registered: bool  # first seen in usage, not (yet) described in the catalog
 
     @property
     def priced(self) -> bool:
@@ -109,6 +110,7 @@ def catalog_overview(*, user, at: datetime) -> CatalogOverview:
                 cached_input_per_mtok=generic.effective_cached_input_per_mtok if generic else None,
                 output_per_mtok=generic.output_per_mtok if generic else None,
                 endpoint_price_count=len({p.endpoint_id for p in prices if p.endpoint_id is not None}),
+                auto_registered=model.auto_registered,
             )
         )
     endpoints = list(Endpoint.objects.select_related("pool"))

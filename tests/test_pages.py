@@ -17,6 +17,8 @@ pytestmark = pytest.mark.django_db
 URL_KWARGS = {"cc-team": {"slug": "netops"}}
 PUBLIC = {"login"}
 POST_ONLY = {"logout"}
+# API endpoints answer 401 (with a WWW-Authenticate challenge) instead of redirecting to login.
+API = {"cc-api-usage", "cc-otlp-traces"}
 
 
 def own_page_names() -> list[str]:
@@ -38,6 +40,9 @@ def test_every_page_requires_login(client, people, name):
     url = reverse(name, kwargs=URL_KWARGS.get(name))
     if name in POST_ONLY:
         assert client.get(url).status_code == 405
+        return
+    if name in API:
+        assert client.post(url, data=b"[]", content_type="application/json").status_code == 401
         return
     response = client.get(url)
     if name in PUBLIC:
@@ -177,12 +182,27 @@ def test_rates_are_shown_with_units_and_at_least_cents():
 def test_the_admin_lists_and_edits_every_catalog_object(client, people):
     from django.contrib import admin
 
+    from ingest.admin import ReadOnlyAdmin
+
     login(client, "root")
-    for model in admin.site._registry:
+    for model, model_admin in admin.site._registry.items():
         meta = model._meta
-        for view in ("changelist", "add"):
-            url = reverse(f"admin:{meta.app_label}_{meta.model_name}_{view}")
-            assert client.get(url).status_code == 200, url
+        url = reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist")
+        assert client.get(url).status_code == 200, url
+        add = client.get(reverse(f"admin:{meta.app_label}_{meta.model_name}_add")).status_code
+        # Ingestion records (runs, rejects, checkpoints) are read-only: no add form.
+        assert add == (403 if isinstance(model_admin, ReadOnlyAdmin) else 200), meta.label
     pool_id = Pool.objects.get(name="h100-a").pk
     page = client.get(reverse("admin:costcenter_pool_change", args=[pool_id])).content.decode()
     assert "gpu-node-a" in page and "2.500000000" in page  # matchers and the GPU-hour price rows
+
+
+def test_names_first_seen_in_usage_are_flagged_new(client, people):
+    from costcenter.models import Endpoint, EndpointKind, LlmModel
+
+    LlmModel.objects.create(name="mistral-large-2411", auto_registered=True)
+    Endpoint.objects.create(name="mistral-api", kind=EndpointKind.UNKNOWN, auto_registered=True)
+    login(client, "alice")
+    page = client.get(reverse("cc-overview")).content.decode()
+    assert page.count(">new</span>") == 2
+    assert "Unknown (not in the catalog)" in page
