@@ -151,6 +151,18 @@ def test_the_official_exporter_sends_spans_that_are_stored(live_server, people):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_configured_only_by_environment_variables(live_server, people, monkeypatch):
+    # Exactly what the README tells users to set for an instrumented application.
+    token = ingest_token(people["alice"])
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", live_server.url)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"Authorization=Bearer%20{token}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    exporter = OTLPSpanExporter()
+    assert exporter.export(captured_spans()) is SpanExportResult.SUCCESS
+    assert_the_three_attempts_are_stored()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_gzip_compression_and_resending_is_idempotent(live_server, people):
     token = ingest_token(people["alice"])
     exporter = OTLPSpanExporter(
