@@ -1,0 +1,281 @@
+"""The demo fleet simulator (`ingest.demo`): its files are read back by the real parsers exactly as
+planned, its numbers look like a real fleet, and it is deterministic.
+
+The generator tests need no database; the end-to-end tests run `manage.py demo` on the test DB.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ingest import demo
+from ingest.demo import CANONICAL, MALFORMED_KINDS, OTLP, SINKS, DemoAttempt, Plan
+from ingest.formats import iter_path_records, sniff
+from ingest.formats.detect import detect_format
+from ingest.records import Reject, UsageRecord
+
+NOW = datetime(2026, 11, 21, 12, tzinfo=UTC)  # spans the gpt-4.1 price change on 2026-11-20
+DAYS = 3
+PER_DAY = 300
+SEED = 7
+CATALOG = Path(__file__).resolve().parent.parent / "examples" / "catalog.yaml"
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> tuple[Plan, list[demo.ManifestEntry]]:
+    plan = demo.simulate(now=NOW, days=DAYS, attempts_per_day=PER_DAY, seed=SEED)
+    manifest = demo.write_plan(plan, tmp_path_factory.mktemp("demo"))
+    return plan, manifest
+
+
+def parse(entry: demo.ManifestEntry) -> list[UsageRecord | Reject]:
+    return list(iter_path_records(entry.path, entry.format, defaults=entry.defaults, now=NOW))
+
+
+def by_task(attempts: list[DemoAttempt]) -> dict[str, list[DemoAttempt]]:
+    tasks: dict[str, list[DemoAttempt]] = defaultdict(list)
+    for attempt in attempts:
+        tasks[attempt.task_id].append(attempt)
+    return tasks
+
+
+# --- files and parsers -------------------------------------------------------------------------
+
+
+def test_all_four_formats_are_written(small):
+    plan, manifest = small
+    assert {entry.format for entry in manifest} == set(SINKS)
+    assert {a.sink for a in plan.attempts} == set(SINKS)
+    # canonical: one file per UTC day of the window (3 days from 12:00 touch 4 dates)
+    canonical = [e for e in manifest if e.format == CANONICAL]
+    assert len(canonical) == DAYS + 1
+    assert all(e.path.exists() and e.path.stat().st_size > 0 for e in manifest)
+
+
+def test_every_file_parses_to_exactly_the_planned_records(small):
+    plan, manifest = small
+    planned = {a.key: a for a in plan.attempts}
+    assert len(planned) == len(plan.attempts), "idempotency keys must be unique across all files"
+    seen: Counter[str] = Counter()
+    rejects: list[Reject] = []
+    for entry in manifest:
+        items = parse(entry)
+        records = [i for i in items if isinstance(i, UsageRecord)]
+        entry_rejects = [i for i in items if isinstance(i, Reject)]
+        assert (len(records), len(entry_rejects)) == (entry.expected_records, entry.expected_rejects), entry
+        rejects += entry_rejects
+        for record in records:
+            seen[record.idempotency_key] += 1
+            assert_matches_plan(record, planned[record.idempotency_key])
+    # Each attempt is in exactly one file, and every planned attempt is somewhere.
+    assert set(seen) == set(planned)
+    assert max(seen.values()) == 1
+    assert sum(e.expected_records for e in manifest) == len(plan.attempts)
+    # The deliberate malformed lines, and nothing else, are rejected.
+    assert len(rejects) == len(MALFORMED_KINDS) == sum(e.expected_rejects for e in manifest)
+    reasons = " | ".join(r.reason for r in rejects)
+    assert "not valid JSON" in reasons
+    assert "must be >= 0" in reasons
+    assert "startTime" in reasons
+    assert "gen_ai.usage.input_tokens" in reasons
+
+
+def assert_matches_plan(record: UsageRecord, a: DemoAttempt) -> None:
+    got = (record.task_id, record.attempt, record.ts, record.model, record.endpoint, record.team)
+    assert got == (a.task_id, a.attempt, a.ts, a.model, a.endpoint, a.team)
+    assert (record.workload, record.status) == (a.workload, a.status)
+    tokens = (record.prompt_tokens, record.completion_tokens, record.cached_tokens)
+    assert tokens == (a.prompt_tokens, a.completion_tokens, a.cached_tokens)
+    if a.status == "failure":
+        assert record.http_status == a.http_status
+    if a.sink != demo.BATCH:  # batch output carries no timings
+        assert (record.latency_ms, record.ttft_ms) == (a.latency_ms, a.ttft_ms)
+    if a.sink in (CANONICAL, demo.BATCH):
+        assert record.reasoning_tokens == a.reasoning_tokens
+    if a.sink == CANONICAL:
+        assert record.queue_wait_ms == a.queue_wait_ms
+
+
+def test_format_detection_agrees_with_the_manifest(small):
+    _, manifest = small
+    for entry in manifest:
+        assert detect_format(sniff(entry.path), str(entry.path)) == entry.format
+
+
+def test_older_days_are_gzip_and_still_parse(tmp_path):
+    manifest = demo.write_demo(tmp_path, now=NOW, days=10, attempts_per_day=40, seed=SEED)
+    gz = [e for e in manifest if e.path.name.endswith(".gz")]
+    plain = [e for e in manifest if e.format == CANONICAL and not e.path.name.endswith(".gz")]
+    assert gz and plain
+    assert all(e.path.read_bytes()[:2] == b"\x1f\x8b" for e in gz)
+    for entry in gz:
+        items = parse(entry)
+        assert len([i for i in items if isinstance(i, UsageRecord)]) == entry.expected_records
+    # One of each malformed kind in any window of --days.
+    assert sum(e.expected_rejects for e in manifest) == len(MALFORMED_KINDS)
+
+
+def test_batch_files_have_error_lines_and_defaults(tmp_path):
+    # ~2% of batch lines fail: a bigger day than the other tests use, so there are some.
+    plan = demo.simulate(now=NOW, days=2, attempts_per_day=2000, seed=SEED)
+    manifest = demo.write_plan(plan, tmp_path)
+    batch = [e for e in manifest if e.format == demo.BATCH]
+    errors = [e for e in batch if e.path.name.endswith(".errors.jsonl")]
+    assert errors, "a few error lines, per formats.md"
+    for entry in batch:
+        assert entry.defaults.team == "research" and entry.defaults.endpoint == "openai-gpt-4o-mini"
+        assert entry.defaults.ts is not None
+    # Error lines carry no timestamp of their own: they take the batch's completed_at.
+    failed = [a for a in plan.attempts if a.sink == demo.BATCH and a.status == "failure"]
+    assert failed and all(a.ts == plan.batch_completed[a.ts.date()] for a in failed)
+    for entry in errors:
+        items = parse(entry)
+        assert len(items) == entry.expected_records
+        assert all(isinstance(i, UsageRecord) and i.status == "failure" for i in items)
+        assert {i.ts for i in items} == {entry.defaults.ts}
+
+
+def test_no_prompt_or_output_text_beyond_placeholders(small):
+    _, manifest = small
+    for entry in manifest:
+        if entry.path.name.endswith(".gz"):
+            continue
+        text = entry.path.read_text()
+        assert '"content"' not in text or "[demo" in text
+        if entry.format in (CANONICAL, OTLP):
+            assert "content" not in text
+
+
+# --- the simulated fleet -----------------------------------------------------------------------
+
+
+def test_timings_and_token_subsets_are_consistent(small):
+    plan, _ = small
+    for a in plan.attempts:
+        assert plan.start <= a.ts < NOW
+        if a.ttft_ms is not None:
+            assert a.latency_ms is not None and 0 < a.ttft_ms < a.latency_ms
+        if a.queue_wait_ms is not None:  # only self-run servers report queueing
+            assert a.gpu_pool
+            assert a.ttft_ms is None or a.queue_wait_ms <= a.ttft_ms
+        assert 0 <= a.cached_tokens <= a.prompt_tokens
+        if a.reasoning_tokens is not None:
+            assert 0 <= a.reasoning_tokens <= a.completion_tokens
+        if a.status == "success":
+            assert a.prompt_tokens > 0 and a.completion_tokens > 0 and a.http_status == 200
+        else:
+            assert a.error in (demo.TIMEOUT, demo.RATE_LIMIT, demo.SERVER_ERROR, demo.EXPIRED)
+    assert any(a.cached_tokens > 0 and a.workload == "chat" for a in plan.attempts)
+    assert any(a.reasoning_tokens and a.model == "gpt-4.1" for a in plan.attempts)
+
+
+def test_failure_rate_and_error_mix_are_plausible(small):
+    plan, _ = small
+    failures = [a for a in plan.attempts if a.status == "failure"]
+    assert 0.005 < len(failures) / len(plan.attempts) < 0.06
+    kinds = Counter(a.error for a in failures)
+    assert kinds[demo.TIMEOUT] and kinds[demo.SERVER_ERROR]
+    statuses = {a.http_status for a in failures}
+    assert 429 in statuses or kinds[demo.RATE_LIMIT] == 0
+
+
+def test_retries_share_the_task_id_with_increasing_attempts(small):
+    plan, _ = small
+    tasks = by_task(plan.attempts)
+    retried = [t for t in tasks.values() if len(t) > 1]
+    assert retried
+    for attempts in tasks.values():
+        assert [a.attempt for a in attempts] == list(range(1, len(attempts) + 1))
+        assert all(x.ts < y.ts for x, y in zip(attempts, attempts[1:], strict=False))
+        # Only failed attempts are retried, and a task stops at its first success.
+        assert all(a.status == "failure" for a in attempts[:-1])
+        assert len({(a.team, a.workload) for a in attempts}) == 1
+
+
+def test_a_gpu_pool_failure_falls_back_to_a_hosted_api(small):
+    plan, _ = small
+    fallbacks = [
+        t
+        for t in by_task(plan.attempts).values()
+        if any(
+            x.gpu_pool and x.status == "failure" and not y.gpu_pool for x, y in zip(t, t[1:], strict=False)
+        )
+    ]
+    assert fallbacks
+    # Fallback attempts of the support team's tasks leave the canonical log for LiteLLM.
+    assert {a.sink for t in fallbacks for a in t} >= {CANONICAL}
+
+
+def test_the_unpriced_model_is_present_and_not_in_the_catalog(small):
+    plan, _ = small
+    catalog = yaml.safe_load(CATALOG.read_text())
+    endpoints = {e["name"] for e in catalog["endpoints"]}
+    models = {m["name"] for m in catalog["models"]}
+    used = {(a.model, a.endpoint) for a in plan.attempts}
+    assert ("mistral-large-2411", "mistral-api") in used
+    assert "mistral-api" not in endpoints and "mistral-large-2411" not in models
+    # Everything else is in the catalog, on both GPU vendors' pools and the hosted APIs.
+    others = {pair for pair in used if pair[1] != "mistral-api"}
+    assert {endpoint for _, endpoint in others} == endpoints
+    assert {model for model, _ in others} == models
+
+
+def test_traffic_follows_business_hours(small):
+    plan, _ = small
+    weekday = [a for a in plan.attempts if a.ts.weekday() < 5 and a.workload != "eval-batch"]
+    day = sum(1 for a in weekday if 9 <= a.ts.hour < 17)
+    night = sum(1 for a in weekday if 0 <= a.ts.hour < 8 and a.ts.hour != demo.BATCH_HOUR)
+    assert day > 2 * night
+
+
+def test_default_scale_is_about_150k_attempts():
+    # Only the expected count, not a full run: the weekly-normalised hourly means times the days.
+    per_day = demo.DEFAULT_ATTEMPTS_PER_DAY * demo.RETRY_OVERHEAD
+    assert 140_000 <= per_day * demo.DEFAULT_DAYS <= 160_000
+
+
+# --- determinism and re-runs -------------------------------------------------------------------
+
+
+def test_same_seed_gives_the_same_bytes(tmp_path, small):
+    plan, manifest = small
+    again = demo.write_demo(tmp_path, now=NOW, days=DAYS, attempts_per_day=PER_DAY, seed=SEED)
+    assert [(e.path.parent.name, e.path.name) for e in again] == [
+        (e.path.parent.name, e.path.name) for e in manifest
+    ]
+    for a, b in zip(manifest, again, strict=True):
+        assert a.path.read_bytes() == b.path.read_bytes(), a.path.name
+    other = demo.simulate(now=NOW, days=DAYS, attempts_per_day=PER_DAY, seed=SEED + 1)
+    assert {a.key for a in other.attempts}.isdisjoint({a.key for a in plan.attempts})
+
+
+def test_rewriting_leaves_unchanged_files_alone_and_removes_stale_ones(tmp_path):
+    first = demo.write_demo(tmp_path, now=NOW, days=2, attempts_per_day=40)
+    mtimes = {e.path: e.path.stat().st_mtime_ns for e in first}
+    (tmp_path / "notes.txt").write_text("not ours")
+    later = demo.write_demo(tmp_path, now=NOW + timedelta(days=1), days=2, attempts_per_day=40)
+    kept = {e.path for e in later}
+    assert not [e.path for e in first if e.path not in kept and e.path.exists()]
+    assert (tmp_path / "notes.txt").exists()
+    unchanged = [e.path for e in later if e.path in mtimes and e.path.stat().st_mtime_ns == mtimes[e.path]]
+    assert unchanged  # e.g. the first night's batch files
+
+
+def test_a_later_window_repeats_the_overlapping_hours(small):
+    plan, _ = small
+    later = demo.simulate(now=NOW + timedelta(hours=5), days=DAYS, attempts_per_day=PER_DAY, seed=SEED)
+    overlap = {a.key for a in plan.attempts if a.ts >= later.start}
+    assert overlap <= {a.key for a in later.attempts}
+    assert any(a.ts >= NOW for a in later.attempts)
+
+
+def test_unaligned_or_naive_now_is_handled(tmp_path):
+    plan = demo.simulate(now=NOW + timedelta(minutes=17), days=1, attempts_per_day=50)
+    assert plan.now == NOW
+    with pytest.raises(ValueError):
+        demo.simulate(now=datetime(2026, 11, 21, 12), days=1)  # noqa: DTZ001 - the point of the test
