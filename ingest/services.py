@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
@@ -26,7 +27,6 @@ from ingest.dimensions import DimensionIds, DimensionRejected
 from ingest.formats import iter_path_records, sniff
 from ingest.formats.detect import detect_format
 from ingest.models import FileCheckpoint, IngestRun, RejectedRecord, Source, SourceKind
-from ingest.partitions import month_start
 from ingest.records import FileDefaults, Reject, UsageRecord
 from ingest.writer import hash64, write_rows
 
@@ -107,6 +107,7 @@ def ingest_items(
     result = IngestResult()
     run = IngestRun.objects.create(source=source, origin=origin[:1000], started_at=timezone.now())
     dims = DimensionIds(source)
+    known_ids: dict[tuple, tuple] = {}
     batch = _Batch()
     source_id = source.pk
     try:
@@ -121,16 +122,31 @@ def ingest_items(
                             f"team: this token may write usage of teams {', '.join(sorted(allowed_teams)) or '(none)'}"
                             f", not {item.team or '(no team)'!r}"
                         )
+                    names = (
+                        item.team,
+                        item.workload,
+                        item.model,
+                        item.model_version,
+                        item.endpoint,
+                        item.error_type,
+                    )
+                    ids = known_ids.get(names)
+                    if ids is None:
+                        # Few distinct combinations repeat millions of times: resolve each once.
+                        ids = known_ids[names] = (
+                            dims.team(item.team),
+                            dims.workload(item.workload),
+                            dims.model(item.model, item.model_version),
+                            dims.endpoint(item.endpoint),
+                            dims.error_type(item.error_type),
+                        )
+                    ts = item.ts
                     row = (
-                        item.ts,
+                        ts,
                         hash64(item.idempotency_key),
                         hash64(item.task_id),
                         source_id,
-                        dims.team(item.team),
-                        dims.workload(item.workload),
-                        dims.model(item.model, item.model_version),
-                        dims.endpoint(item.endpoint),
-                        dims.error_type(item.error_type),
+                        *ids,
                         item.prompt_tokens,
                         item.completion_tokens,
                         item.cached_tokens,
@@ -154,7 +170,7 @@ def ingest_items(
                     )
                 else:
                     batch.rows.append(row)
-                    batch.months.add(month_start(item.ts))
+                    batch.months.add((ts.year, ts.month))
             if batch.items >= batch_size:
                 _commit(batch, result, run, checkpoint)
                 batch = _Batch()
@@ -193,7 +209,8 @@ def _commit(
 ):
     """One transaction: new rows, rejects, the run's counts and the checkpoint move together."""
     with transaction.atomic():
-        inserted = write_rows(batch.rows, months=batch.months)
+        months = {datetime(year, month, 1, tzinfo=UTC) for year, month in batch.months}
+        inserted = write_rows(batch.rows, months=months)
         RejectedRecord.objects.bulk_create(batch.rejects)
         result.accepted += inserted
         result.duplicate += len(batch.rows) - inserted

@@ -284,6 +284,47 @@ def build_record(
     problem. `labels` maps record field names to the source's own field names for messages."""
     if now.tzinfo is None:  # a caller bug, not bad data: fail loudly
         raise ValueError("build_record: now must be timezone-aware")
+    fast = _build_plain_record(
+        task_id, attempt, request_id, ts, model, model_version, endpoint, workload, team, status,
+        http_status, error_type, latency_ms, ttft_ms, queue_wait_ms,
+        prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, now,
+    )  # fmt: skip
+    if fast is not None:
+        return fast
+    return build_checked_record(
+        task_id=task_id, attempt=attempt, request_id=request_id, ts=ts, model=model,
+        model_version=model_version, endpoint=endpoint, workload=workload, team=team, status=status,
+        http_status=http_status, error_type=error_type, latency_ms=latency_ms, ttft_ms=ttft_ms,
+        queue_wait_ms=queue_wait_ms, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+        cached_tokens=cached_tokens, reasoning_tokens=reasoning_tokens, now=now, labels=labels,
+    )  # fmt: skip
+
+
+def build_checked_record(
+    *,
+    task_id: Any,
+    attempt: Any,
+    request_id: Any,
+    ts: Any,
+    model: Any,
+    model_version: Any,
+    endpoint: Any,
+    workload: Any,
+    team: Any,
+    status: Any,
+    http_status: Any,
+    error_type: Any,
+    latency_ms: Any,
+    ttft_ms: Any,
+    queue_wait_ms: Any,
+    prompt_tokens: Any,
+    completion_tokens: Any,
+    cached_tokens: Any,
+    reasoning_tokens: Any,
+    now: datetime,
+    labels: Mapping[str, str] | None,
+) -> UsageRecord:
+    """Every check one by one, raising InvalidRecord with the reason of the first that fails."""
     names = dict(labels or {})
 
     def label(field: str) -> str:
@@ -339,6 +380,97 @@ def build_record(
         completion_tokens=completion,
         cached_tokens=cached,
         reasoning_tokens=reasoning,
+    )
+
+
+_STATUS_WORDS = {word: "success" for word in _SUCCESS} | {word: "failure" for word in _FAILURE}
+
+
+def _plain_int(value: Any, maximum: int) -> bool:
+    return type(value) is int and 0 <= value <= maximum
+
+
+def _build_plain_record(
+    task_id, attempt, request_id, ts, model, model_version, endpoint, workload, team, status,
+    http_status, error_type, latency_ms, ttft_ms, queue_wait_ms,
+    prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens, now,
+) -> UsageRecord | None:  # fmt: skip
+    """The common case, checked in a few comparisons: every value of its plain type and in range.
+
+    Returns None for anything less plain (a float count, an odd status spelling, a control
+    character, a bad value): the full path of ``build_record`` then decides, with its precise
+    reason. So this can only accept what the full path accepts, and builds the same record (a
+    property test holds the two paths equal).
+    """
+    texts = (task_id, request_id, model, model_version, endpoint, workload, team, error_type)
+    for text in texts:
+        if text is not None and type(text) is not str:
+            return None
+    joined = "\u241f".join(text for text in texts if text is not None)
+    if _CONTROL.search(joined):
+        return None
+    task = task_id.strip() if task_id is not None else ""
+    model_name = model.strip() if model is not None else ""
+    if not task or len(task) > MAX_ID_CHARS or not model_name or len(model_name) > MAX_DIMENSION_CHARS:
+        return None
+    req = request_id.strip() if request_id is not None else None
+    if req is not None and len(req) > MAX_ID_CHARS:
+        return None
+    dims = [
+        (value.strip() if value is not None else "") for value in (model_version, endpoint, workload, team)
+    ]
+    if any(len(value) > MAX_DIMENSION_CHARS for value in dims):
+        return None
+    record_status = _STATUS_WORDS.get(status) if type(status) is str else None
+    if record_status is None or type(attempt) is not int or not 1 <= attempt <= MAX_INT32:
+        return None
+    if cached_tokens is None:
+        cached_tokens = 0
+    if not (
+        _plain_int(prompt_tokens, MAX_TOKENS_PER_ATTEMPT)
+        and _plain_int(completion_tokens, MAX_TOKENS_PER_ATTEMPT)
+        and prompt_tokens + completion_tokens <= MAX_TOKENS_PER_ATTEMPT
+        and _plain_int(cached_tokens, MAX_INT32)
+        and cached_tokens <= prompt_tokens
+        and (
+            reasoning_tokens is None
+            or (_plain_int(reasoning_tokens, MAX_INT32) and reasoning_tokens <= completion_tokens)
+        )
+    ):
+        return None
+    for value in (latency_ms, ttft_ms, queue_wait_ms):
+        if value is not None and not _plain_int(value, MAX_INT32):
+            return None
+    if http_status is not None and not (type(http_status) is int and 100 <= http_status <= 599):
+        return None
+    if type(ts) is not datetime or ts.tzinfo is None or ts.utcoffset() is None:
+        return None
+    when = ts.astimezone(UTC)
+    if when < EARLIEST_TS or when > now + FUTURE_SLACK:
+        return None
+    kind = error_type.strip()[:MAX_DIMENSION_CHARS] or None if error_type is not None else None
+    model_version_, endpoint_, workload_, team_ = dims
+    return UsageRecord(
+        idempotency_key=req if req else f"{task}#{attempt}",
+        task_id=task,
+        attempt=attempt,
+        request_id=req or None,
+        ts=when,
+        model=model_name,
+        model_version=model_version_,
+        endpoint=endpoint_,
+        workload=workload_,
+        team=team_,
+        status=record_status,
+        http_status=http_status,
+        error_type=kind,
+        latency_ms=latency_ms,
+        ttft_ms=ttft_ms,
+        queue_wait_ms=queue_wait_ms,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cached_tokens=cached_tokens,
+        reasoning_tokens=reasoning_tokens,
     )
 
 
