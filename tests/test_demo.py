@@ -6,17 +6,22 @@ The generator tests need no database; the end-to-end tests run `manage.py demo` 
 
 from __future__ import annotations
 
+import io
 from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
+from django.core.management import call_command
+from django.db import connection
 
+from costcenter.models import Endpoint, LlmModel, Pool, Team, TokenPrice
 from ingest import demo
 from ingest.demo import CANONICAL, MALFORMED_KINDS, OTLP, SINKS, DemoAttempt, Plan
 from ingest.formats import iter_path_records, sniff
 from ingest.formats.detect import detect_format
+from ingest.models import Attempt, RejectedRecord
 from ingest.records import Reject, UsageRecord
 
 NOW = datetime(2026, 11, 21, 12, tzinfo=UTC)  # spans the gpt-4.1 price change on 2026-11-20
@@ -279,3 +284,75 @@ def test_unaligned_or_naive_now_is_handled(tmp_path):
     assert plan.now == NOW
     with pytest.raises(ValueError):
         demo.simulate(now=datetime(2026, 11, 21, 12), days=1)  # noqa: DTZ001 - the point of the test
+
+
+# --- manage.py demo, end to end on the test database ---------------------------------------------
+
+
+@pytest.fixture
+def no_attempts(django_db_setup, django_db_blocker):
+    """``ingest_attempt`` is unmanaged, so transactional tests' flushes leave its rows behind."""
+
+    def clear():
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute("DELETE FROM ingest_attempt")
+
+    clear()
+    yield
+    clear()
+
+
+def run_demo(directory: Path, now: datetime = NOW, days: int = 2, per_day: int = 200, *extra: str) -> str:
+    out = io.StringIO()
+    args = ["--days", str(days), "--attempts-per-day", str(per_day), "--dir", str(directory)]
+    call_command("demo", *args, "--seed", str(SEED), "--now", now.isoformat(), *extra, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_demo_command_loads_the_catalog_and_ingests_every_attempt_once(tmp_path, no_attempts):
+    assert not Pool.objects.exists()
+    plan = demo.simulate(now=NOW, days=2, attempts_per_day=200, seed=SEED)
+
+    output = run_demo(tmp_path)
+
+    assert "catalog was empty" in output
+    assert Pool.objects.count() == 2
+    assert Attempt.objects.count() == len(plan.attempts)
+    assert RejectedRecord.objects.count() == len(MALFORMED_KINDS)
+    assert f"added {len(plan.attempts):,} attempts" in output
+    assert f"{len(MALFORMED_KINDS)} of the rejects are planned" in output
+    assert "unplanned" not in output
+    # The model the catalog does not know is registered on the fly, not rejected: unpriced.
+    mistral = LlmModel.objects.get(name="mistral-large-2411")
+    assert mistral.auto_registered and not TokenPrice.objects.filter(model=mistral).exists()
+    assert Endpoint.objects.get(name="mistral-api").auto_registered
+    # Every team and endpoint of the demo is the catalog's (apart from mistral-api).
+    assert not Team.objects.filter(auto_registered=True).exists()
+    assert set(Endpoint.objects.filter(auto_registered=True).values_list("name", flat=True)) == {
+        "mistral-api"
+    }
+
+    again = run_demo(tmp_path)
+    assert "catalog was empty" not in again
+    assert "nothing new" in again
+    assert Attempt.objects.count() == len(plan.attempts)
+
+
+@pytest.mark.django_db
+def test_a_later_run_adds_only_the_new_hours(tmp_path, no_attempts, example_catalog):
+    first = demo.simulate(now=NOW, days=2, attempts_per_day=200, seed=SEED)
+    later = demo.simulate(now=NOW + timedelta(hours=3), days=2, attempts_per_day=200, seed=SEED)
+    run_demo(tmp_path)
+    output = run_demo(tmp_path, NOW + timedelta(hours=3))
+    union = {a.key for a in first.attempts} | {a.key for a in later.attempts}
+    assert Attempt.objects.count() == len(union)
+    assert f"added {len(union) - len(first.attempts):,} attempts" in output
+
+
+@pytest.mark.django_db
+def test_no_ingest_only_writes_files(tmp_path, no_attempts):
+    output = run_demo(tmp_path, NOW, 1, 50, "--no-ingest")
+    assert "not ingested" in output
+    assert list((tmp_path / "canonical").glob("usage-*.jsonl"))
+    assert Attempt.objects.count() == 0 and not Pool.objects.exists()
