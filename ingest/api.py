@@ -16,6 +16,7 @@ import re
 import zlib
 from collections.abc import Iterator
 
+from django.conf import settings
 from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -26,14 +27,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from costcenter.api_auth import BearerTokenAuthentication, IngestScope, TokenRateThrottle, writable_teams
-from costcenter.env import env_int
 from ingest.formats import canonical
 from ingest.formats.otlp import parse_otlp_json, parse_otlp_protobuf
 from ingest.models import SourceKind
 from ingest.records import FileDefaults, Reject, UsageRecord
 from ingest.services import IngestResult, ingest_items, source_for
 
-DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 SHOWN_REJECTS = 100
 USAGE_MEDIA_TYPES = frozenset(
     {
@@ -61,8 +60,7 @@ class BodyError(Exception):
 
 
 def max_body_bytes() -> int:
-    # Read per request (cheap) so the limit can be changed without touching settings.py.
-    return env_int("INGEST_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, minimum=1)
+    return settings.INGEST_MAX_BODY_BYTES
 
 
 def media_type(request: Request) -> str:

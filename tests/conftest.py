@@ -51,3 +51,23 @@ def people(example_catalog):
         "dave": make_user("dave"),
         "root": make_user("root", is_superuser=True, is_staff=True),
     }
+
+
+@pytest.fixture(autouse=True)
+def _empty_unmanaged_tables(request, django_db_blocker):
+    """Empty the raw attempts table after tests that commit for real.
+
+    Django flushes the tables of managed models after ``transaction=True`` tests; the partitioned
+    ``ingest_attempt`` is created in SQL (unmanaged), so without this its rows would leak into
+    later tests.
+    """
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    committed = (
+        marker is not None and marker.kwargs.get("transaction")
+    ) or "live_server" in request.fixturenames
+    if committed:
+        from django.db import connection
+
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute("TRUNCATE ingest_attempt")

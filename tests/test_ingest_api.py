@@ -182,8 +182,8 @@ def test_corrupt_gzip_and_unknown_encodings(alice):
     assert Attempt.objects.count() == 0
 
 
-def test_a_body_over_the_cap_is_413(alice, monkeypatch):
-    monkeypatch.setenv("INGEST_MAX_BODY_BYTES", "2000")
+def test_a_body_over_the_cap_is_413(alice, settings):
+    settings.INGEST_MAX_BODY_BYTES = 2000
     body = ndjson(netops(20))
     assert len(body) > 2000
     response = post(alice, body, content_type="application/x-ndjson")

@@ -341,8 +341,8 @@ def test_auth_errors_use_the_otlp_error_body(people):
 
 
 @pytest.mark.django_db
-def test_the_body_cap_applies(otlp, monkeypatch):
-    monkeypatch.setenv("INGEST_MAX_BODY_BYTES", "100")
+def test_the_body_cap_applies(otlp, settings):
+    settings.INGEST_MAX_BODY_BYTES = 100
     body = encode_spans(captured_spans()).SerializeToString()
     response = post(otlp, body)
     assert response.status_code == 413
