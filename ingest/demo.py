@@ -477,8 +477,6 @@ def _simulate_task(
     ts = start
     attempts: list[DemoAttempt] = []
     for number in range(1, workload.max_attempts + 1):
-        if ts >= plan.now:
-            break  # the rest of this task happens after the window; a later run picks it up
         profile = profile_of(key)
         attempt = _simulate_attempt(
             rng, plan, workload, profile, task_id, number, ts, prompt, cache_hit, load
@@ -494,7 +492,9 @@ def _simulate_task(
             key = route.fallback
         backoff_ms = (2**number) * 1000 if attempt.error == RATE_LIMIT else 500
         ts = ts + timedelta(milliseconds=(attempt.latency_ms or 0) + backoff_ms + rng.randrange(1000))
-    return attempts
+    # Attempts after the window are dropped only now, after the whole task was drawn: stopping
+    # early would change what the hour's later tasks draw, and a later run must see the same hour.
+    return [attempt for attempt in attempts if attempt.ts < plan.now]
 
 
 def _failure(

@@ -279,6 +279,25 @@ def test_a_later_window_repeats_the_overlapping_hours(small):
     assert any(a.ts >= NOW for a in later.attempts)
 
 
+def test_a_task_cut_by_the_window_end_does_not_change_the_rest_of_its_hour():
+    week = demo.simulate(now=NOW, days=7, attempts_per_day=3000, seed=SEED)
+    hour = {a.task_id: a.ts.replace(minute=0, second=0, microsecond=0) for a in week.attempts[::-1]}
+    crossing = next(
+        a
+        for a in week.attempts
+        if a.attempt > 1 and a.ts.replace(minute=0, second=0, microsecond=0) != hour[a.task_id]
+    )
+    cut_at = crossing.ts.replace(minute=0, second=0, microsecond=0)  # this retry falls after the window
+    started = hour[crossing.task_id]
+    cut = demo.simulate(now=cut_at, days=1, attempts_per_day=3000, seed=SEED)
+
+    def of_that_hour(plan: Plan) -> set[str]:
+        return {a.key for a in plan.attempts if a.ts < cut_at and hour.get(a.task_id) == started}
+
+    assert crossing.key not in {a.key for a in cut.attempts}
+    assert of_that_hour(cut) == of_that_hour(week)
+
+
 def test_unaligned_or_naive_now_is_handled(tmp_path):
     plan = demo.simulate(now=NOW + timedelta(minutes=17), days=1, attempts_per_day=50)
     assert plan.now == NOW
