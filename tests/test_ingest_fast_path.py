@@ -3,11 +3,13 @@ builds the very same record: a property test over values of every plausible type
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ingest.formats import _FAIL
 from ingest.validate import InvalidRecord, _build_plain_record, build_checked_record
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
@@ -123,3 +125,26 @@ def test_the_fast_path_takes_the_common_record():
         "netops", "success", 200, None, 812, 95, 12, 900, 120, 0, None, NOW,
     )  # fmt: skip
     assert record is not None and record.idempotency_key == "r-1" and record.prompt_tokens == 900
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(data=st.one_of(json_values.map(lambda v: json.dumps(v).encode()), st.binary(max_size=60)))
+def test_the_reader_parses_every_line_exactly_as_json_does(data):
+    from ingest.formats import _loads
+
+    try:
+        expected = json.loads(data)
+    except (ValueError, RecursionError):
+        expected = "refused"
+    got = _loads(data)
+    assert (got if got is not _FAIL else "refused") == expected
+    assert type(got) is type(expected) or expected == "refused"

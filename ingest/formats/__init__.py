@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any, BinaryIO
 
+import orjson
+
 from ingest.records import FileDefaults, Reject, UsageRecord
 from ingest.validate import excerpt_of_raw, reject
 
@@ -122,6 +124,11 @@ def _stream_error(line_no: int, exc: BaseException) -> Reject:
 # --- JSON on top of lines ----------------------------------------------------------------------
 
 _FAIL = object()
+_NOT_FAST = object()
+# 19 digits in a row may be an integer beyond 64 bits, which only json reads exactly. Mapping
+# digits to "9" and everything else to a space, then searching, is several times faster than a regex.
+_DIGIT_MAP = bytes(57 if 48 <= byte <= 57 else 32 for byte in range(256))
+_DIGITS_19 = b"9" * 19
 
 
 def iter_json_values(
@@ -192,6 +199,10 @@ def json_values_from_lines(
         stripped = line.strip()
         if not stripped:
             continue
+        value = _fast_loads(line)
+        if value is not _NOT_FAST:
+            yield from _unwrap(f"line {line_no}", value)
+            continue
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
@@ -213,7 +224,23 @@ def json_values_from_lines(
             yield from _unwrap(f"document at line {doc_start}", value)
 
 
+def _fast_loads(data: bytes) -> Any:
+    """orjson's parse (several times faster than json's), or _NOT_FAST where json must decide.
+
+    Whatever orjson refuses is parsed again by json, and so are integers beyond 64 bits (orjson
+    turns them into floats): what is accepted, and the reason given when not, stay json's.
+    """
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _NOT_FAST
+    return _NOT_FAST if _DIGITS_19 in data.translate(_DIGIT_MAP) else value
+
+
 def _loads(data: bytes) -> Any:
+    value = _fast_loads(data)
+    if value is not _NOT_FAST:
+        return value
     try:
         return json.loads(data)
     except (ValueError, RecursionError):
