@@ -1,12 +1,13 @@
 """``python manage.py quickstart``: everything ``make run`` does, on the embedded defaults.
 
 Steps: migrate; create the demo admin (password generated once, kept in COSTCENTER_HOME and
-printed each time); load the example catalog; then run the web server, a Celery worker and
+printed each time); load the example catalog and a month of demo usage; then run the web server, a Celery worker and
 Celery beat as child processes until Ctrl-C, and stop them all (and the embedded Postgres).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 import signal
@@ -31,12 +32,20 @@ class Command(BaseCommand):
         parser.add_argument("--addr", default=os.environ.get("ADDR", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--no-serve", action="store_true", help="prepare the database and exit")
+        parser.add_argument("--no-demo", action="store_true", help="skip the simulated demo usage")
 
-    def handle(self, *args, addr: str, port: int, no_serve: bool, **options):
+    def handle(self, *args, addr: str, port: int, no_serve: bool, no_demo: bool, **options):
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write("database migrated")
         username, password = self._demo_admin()
         call_command("load_catalog", str(EXAMPLE_CATALOG), stdout=self.stdout)
+        if not no_demo:
+            self.stdout.write("loading demo usage (a month of simulated traffic; re-runs add only new hours) …")
+            started = time.monotonic()
+            demo_out = io.StringIO()
+            call_command("demo", stdout=demo_out)
+            total = [line for line in demo_out.getvalue().splitlines() if line.startswith("total")]
+            self.stdout.write(f"{total[-1] if total else 'demo loaded'} ({time.monotonic() - started:.0f}s)")
         if no_serve:
             return
         url = f"http://{addr}:{port}/"
