@@ -7,6 +7,7 @@ Models hold fields, constraints and choices only; reads live in ``selectors``, p
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
@@ -304,3 +305,150 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.scope}) of {self.user}"
+
+
+# --- Costed rollups ----------------------------------------------------------------------------
+# Written only by ``costcenter.costing`` (whole buckets, never increments); read only through
+# ``costcenter.selectors``. Dimension references are plain ids without database constraints, as
+# in the raw attempts table, so rollups can be rebuilt in any order.
+
+
+def _amount(**kwargs) -> models.DecimalField:
+    from costcenter.money import AMOUNT_DECIMAL_PLACES, AMOUNT_MAX_DIGITS
+
+    return models.DecimalField(max_digits=AMOUNT_MAX_DIGITS, decimal_places=AMOUNT_DECIMAL_PLACES, **kwargs)
+
+
+def _histogram() -> ArrayField:
+    return ArrayField(models.BigIntegerField(), default=list, blank=True)
+
+
+class UsageRollupFields(models.Model):
+    """Counts, tokens, cost and histograms of one group in one time bucket."""
+
+    team = models.ForeignKey(
+        Team, null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    workload = models.ForeignKey(
+        Workload, null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    model = models.ForeignKey(LlmModel, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    endpoint = models.ForeignKey(
+        Endpoint, null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    attempts = models.BigIntegerField()
+    successful_attempts = models.BigIntegerField()
+    # Distinct task ids with an attempt (a successful attempt) in this bucket and group.
+    tasks = models.BigIntegerField()
+    successful_tasks = models.BigIntegerField()
+    prompt_tokens = models.BigIntegerField()
+    completion_tokens = models.BigIntegerField()
+    cached_tokens = models.BigIntegerField()
+    reasoning_tokens = models.BigIntegerField()
+    # Known cost of the group's priced attempts; null when none of them is priced.
+    cost = _amount(null=True)
+    # The idle (unused GPU) share inside ``cost``; null when no utilisation arrived.
+    idle_cost = _amount(null=True)
+    unpriced_attempts = models.BigIntegerField()
+    unpriced_tokens = models.BigIntegerField()
+    latency_histogram = _histogram()
+    ttft_histogram = _histogram()
+    output_tps_histogram = _histogram()
+
+    class Meta:
+        abstract = True
+
+
+class HourlyUsage(UsageRollupFields):
+    hour = models.DateTimeField()
+    # Price versions used by this group's attempts (token price rows, or the pool's GPU-hour price).
+    token_price_ids = ArrayField(models.IntegerField(), default=list, blank=True)
+    gpu_hour_price = models.ForeignKey(
+        "GpuHourPrice", null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    weighted_tokens = _amount(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "team", "workload", "model", "endpoint"],
+                nulls_distinct=False,
+                name="hourlyusage_bucket_unique",
+            )
+        ]
+        indexes = [models.Index(fields=["hour"])]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}:00 model {self.model_id}"
+
+
+class DailyUsage(UsageRollupFields):
+    """Hourly buckets added up per UTC day, for long ranges (task counts are sums of hours)."""
+
+    day = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "team", "workload", "model", "endpoint"],
+                nulls_distinct=False,
+                name="dailyusage_bucket_unique",
+            )
+        ]
+        indexes = [models.Index(fields=["day"])]
+
+    def __str__(self) -> str:
+        return f"{self.day:%Y-%m-%d} model {self.model_id}"
+
+
+class PoolHour(models.Model):
+    """One GPU pool in one hour: what it cost, to whom it was allocated, what was idle."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="hours")
+    hour = models.DateTimeField()
+    gpu_count = models.PositiveIntegerField()
+    gpu_hour_price = models.ForeignKey(
+        "GpuHourPrice", null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    energy_kwh = models.DecimalField(max_digits=24, decimal_places=9, null=True)
+    energy_cost = _amount(null=True)
+    # gpu_count × GPU-hour price + energy cost; null when no GPU-hour price is in force.
+    pool_cost = _amount(null=True)
+    allocated_cost = _amount(null=True)
+    unallocated_cost = _amount(null=True)
+    idle_cost = _amount(null=True)
+    mean_utilisation = models.DecimalField(max_digits=12, decimal_places=9, null=True)
+    memory_used_mib = models.FloatField(null=True)
+    memory_total_mib = models.FloatField(null=True)
+    attempts = models.BigIntegerField(default=0)
+    weighted_tokens = _amount(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["pool", "hour"], name="poolhour_unique")]
+        indexes = [models.Index(fields=["hour"])]
+
+    def __str__(self) -> str:
+        return f"{self.pool} {self.hour:%Y-%m-%d %H}:00"
+
+
+class RollupState(models.Model):
+    """How far the hourly rollups have been carried forward (hours before it are complete)."""
+
+    name = models.CharField(max_length=50, unique=True)
+    done_until = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} until {self.done_until:%Y-%m-%d %H}:00"
+
+
+class RepriceHour(models.Model):
+    """An hour to recompute because the price book changed (not because new usage arrived).
+
+    New usage marks ``ingest.DirtyHour``; price, pool and endpoint changes mark this, so hours
+    without usage can be recosted in bulk without looking for attempts.
+    """
+
+    hour = models.DateTimeField(primary_key=True)
+
+    def __str__(self) -> str:
+        return f"reprice {self.hour:%Y-%m-%d %H}:00"

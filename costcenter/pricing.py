@@ -41,26 +41,44 @@ def in_force(rows, at: datetime):
     return None
 
 
-def token_price_at(*, model: LlmModel, endpoint: Endpoint | None, at: datetime) -> TokenPrice | None:
-    """The token price for an attempt on ``model`` via ``endpoint`` at ``at`` (aware), or None.
+def token_price_series(model: LlmModel, endpoint_id: int | None, generic_model_id: int | None) -> list[tuple]:
+    """The price series that may price an attempt, in order of precedence.
 
-    Precedence: a price of this exact model version on this endpoint, then of this model version
-    on any endpoint; then the same two for the version-less model row of the same name.
+    A price of this exact model version on this endpoint, then of this model version on any
+    endpoint; then the same two for the version-less model row of the same name.
     """
-    candidates = [model]
-    if model.version:
-        generic = LlmModel.objects.filter(name=model.name, version="").first()
-        if generic is not None:
-            candidates.append(generic)
-    for candidate in candidates:
-        for endpoint_id in ([endpoint.pk] if endpoint is not None else []) + [None]:
-            rows = TokenPrice.objects.filter(
-                model=candidate, endpoint_id=endpoint_id, effective_from__lte=at
-            ).order_by("-effective_from")[:1]
-            price = in_force(rows, at)
-            if price is not None:
-                return price
+    keys = []
+    for model_id in [model.pk] + (
+        [generic_model_id] if generic_model_id and generic_model_id != model.pk else []
+    ):
+        if endpoint_id is not None:
+            keys.append((model_id, endpoint_id))
+        keys.append((model_id, None))
+    return keys
+
+
+def resolve_token_price(series_rows: dict[tuple, list], keys: list[tuple], at: datetime):
+    """The first series (in precedence order) with a price in force at ``at``.
+
+    ``series_rows`` maps (model_id, endpoint_id or None) to that series' rows, newest first.
+    """
+    for key in keys:
+        price = in_force(series_rows.get(key, ()), at)
+        if price is not None:
+            return price
     return None
+
+
+def token_price_at(*, model: LlmModel, endpoint: Endpoint | None, at: datetime) -> TokenPrice | None:
+    """The token price for an attempt on ``model`` via ``endpoint`` at ``at`` (aware), or None."""
+    generic = None
+    if model.version:
+        generic = LlmModel.objects.filter(name=model.name, version="").values_list("pk", flat=True).first()
+    keys = token_price_series(model, endpoint.pk if endpoint is not None else None, generic)
+    rows: dict[tuple, list] = {}
+    for price in TokenPrice.objects.filter(model_id__in={key[0] for key in keys}).order_by("-effective_from"):
+        rows.setdefault((price.model_id, price.endpoint_id), []).append(price)
+    return resolve_token_price(rows, keys, at)
 
 
 def gpu_hour_price_at(*, pool: Pool, at: datetime) -> GpuHourPrice | None:

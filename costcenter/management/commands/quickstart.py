@@ -40,7 +40,9 @@ class Command(BaseCommand):
         username, password = self._demo_admin()
         call_command("load_catalog", str(EXAMPLE_CATALOG), stdout=self.stdout)
         if not no_demo:
-            self.stdout.write("loading demo usage (a month of simulated traffic; re-runs add only new hours) …")
+            self.stdout.write(
+                "loading demo usage (a month of simulated traffic; re-runs add only new hours) …"
+            )
             started = time.monotonic()
             demo_out = io.StringIO()
             call_command("demo", stdout=demo_out)
