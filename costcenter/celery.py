@@ -36,12 +36,27 @@ app.conf.update(
             "schedule": crontab(minute="*"),
             "options": {"expires": 55},
         },
+        # Costs trail usage by at most a few minutes; each run only does marked and new hours, and
+        # concurrent runs are safe (whole-bucket rewrites, version-checked marks).
+        "recompute-costs": {
+            "task": "costcenter.recompute_costs",
+            "schedule": crontab(minute="*/5"),
+            "options": {"expires": 240},
+        },
         # The coming months' partitions exist before their first row arrives, so no insert waits
         # on DDL at midnight of the 1st. Daily is plenty: two months are kept ahead.
         "create-partitions-ahead": {
             "task": "ingest.create_partitions_ahead",
             "schedule": crontab(minute=17, hour=3),
             "options": {"expires": 3600},
+        },
+        # A Prometheus window becomes due two scrape intervals after it closes; every 5 minutes
+        # keeps hourly data at most ~7 minutes late and is the finest step a source may use.
+        # A run with nothing due sends no query; a run that finds the last still running skips.
+        "pull-prometheus-metrics": {
+            "task": "ingest.pull_prometheus_metrics",
+            "schedule": crontab(minute="*/5"),
+            "options": {"expires": 290},
         },
     },
 )

@@ -384,6 +384,10 @@ def recompute_hour(hour: datetime, *, book: PriceBook | None = None, marks: dict
     book = book or PriceBook.load()
     with transaction.atomic():
         with connection.cursor() as cursor:
+            # Two writers of one hour would collide on its unique rows: take turns.
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, %s)", [_HOUR_LOCK, int(hour.timestamp()) // 3600]
+            )
             cursor.execute(
                 "SELECT DISTINCT model_id, endpoint_id FROM ingest_attempt WHERE ts >= %s AND ts < %s",
                 [hour, hour + HOUR],
@@ -532,6 +536,26 @@ def recompute(*, now: datetime | None = None, since: datetime | None = None, pro
     mark's new version (``_clear_marks``). Each hour commits on its own, so a crash loses at most
     the hour in progress, which keeps its mark and is redone by the next run.
     """
+
+    with connection.cursor() as cursor:
+        # One run at a time (beat ticks, the command, a second worker): a second run would only
+        # redo the same hours. The session lock is released at the end, or when the process dies.
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_RECOMPUTE_LOCK])
+        if not cursor.fetchone()[0]:
+            log.info("recompute already running elsewhere; skipped")
+            return 0
+    try:
+        return _recompute(now=now, since=since, progress=progress)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_RECOMPUTE_LOCK])
+
+
+_RECOMPUTE_LOCK = 7_301_002
+_HOUR_LOCK = 7_301_003
+
+
+def _recompute(*, now, since, progress) -> int:
     from ingest.models import DirtyHour
 
     now = now or timezone.now()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
-from django.db.models import Count, Prefetch
+from django.db.models import Count, Prefetch, Q
 
-from costcenter.access import visible_teams
+from costcenter.access import sees_all_teams, visible_teams
 from costcenter.models import Endpoint, GpuHourPrice, LlmModel, Membership, Pool, Team, TokenPrice
 from costcenter.pricing import in_force
 
@@ -124,3 +124,189 @@ def team_detail(*, user, slug: str) -> tuple[Team, list[Membership]] | None:
         return None
     members = list(team.memberships.select_related("user").order_by("user__username"))
     return team, members
+
+
+# --- Costs over the rollups ----------------------------------------------------------------------
+# Every page, the API, budgets and reports read cost numbers through these functions, so they
+# always agree. They read hourly or daily rollups only, never raw attempts.
+
+GROUP_FIELDS = {
+    "model": "model__name",
+    "vendor": "endpoint__pool__vendor",
+    "workload": "workload__name",
+    "team": "team__slug",
+    "endpoint": "endpoint__name",
+    "pool": "endpoint__pool__name",
+}
+GRANULARITIES = ("hour", "day", "week", "month", "total")
+_SUMS = (
+    "attempts",
+    "successful_attempts",
+    "tasks",
+    "successful_tasks",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "unpriced_attempts",
+    "unpriced_tokens",
+    "cost",
+    "idle_cost",
+)
+
+
+@dataclass(frozen=True)
+class CostQuery:
+    """A half-open UTC range [start, end), dimensions to group by, a bucket size, and filters
+    (dimension → allowed values, e.g. {"team": ["netops"], "vendor": ["amd"]})."""
+
+    start: datetime
+    end: datetime
+    group_by: tuple[str, ...] = ()
+    granularity: str = "total"
+    filters: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+def _usage_queryset(*, user, query: CostQuery):
+    from costcenter.models import DailyUsage, HourlyUsage
+
+    day_aligned = all(
+        moment.hour == 0 and moment.minute == 0 and moment.second == 0 and moment.microsecond == 0
+        for moment in (query.start.astimezone(UTC), query.end.astimezone(UTC))
+    )
+    if query.granularity != "hour" and day_aligned:
+        table, time_field = DailyUsage, "day"
+    else:
+        table, time_field = HourlyUsage, "hour"
+    rows = table.objects.filter(**{f"{time_field}__gte": query.start, f"{time_field}__lt": query.end})
+    if not sees_all_teams(user):
+        rows = rows.filter(team_id__in=visible_teams(user).values("pk"))
+    for dimension, values in query.filters:
+        field_name = GROUP_FIELDS[dimension]
+        condition = Q(**{f"{field_name}__in": [value for value in values if value != ""]})
+        if "" in values:  # "" selects rows without that dimension (no team, hosted API vendor …)
+            condition |= Q(**{f"{field_name}__isnull": True})
+        rows = rows.filter(condition)
+    return rows, time_field
+
+
+def cost_rows(*, user, query: CostQuery) -> list[dict]:
+    """Cost rows of the API contract: group keys, ``period`` (unless total), sums and ratios.
+
+    ``cost`` is the known cost of the group's attempts (null when none is priced);
+    ``cost_complete`` is false when some attempts are unpriced. Ratios are null where undefined.
+    """
+    from django.db.models import Sum
+    from django.db.models.functions import Trunc
+
+    rows, time_field = _usage_queryset(user=user, query=query)
+    keys = [GROUP_FIELDS[dimension] for dimension in query.group_by]
+    if query.granularity != "total":
+        rows = rows.annotate(period=Trunc(time_field, query.granularity, tzinfo=UTC))
+        keys.append("period")
+    sums = {name: Sum(name) for name in _SUMS}
+    if not keys:  # one row for the whole range (values() without fields would group by every column)
+        total = rows.aggregate(**sums)
+        if total["attempts"] is None:
+            return []
+        aggregated = [total]
+    else:
+        aggregated = rows.values(*keys).annotate(**sums).order_by(*keys)
+    result = []
+    for row in aggregated:
+        out = {dimension: row[GROUP_FIELDS[dimension]] for dimension in query.group_by}
+        if query.granularity != "total":
+            out["period"] = row["period"]
+        out.update({name: row[name] for name in _SUMS})
+        result.append(with_ratios(out))
+    return result
+
+
+def with_ratios(row: dict) -> dict:
+    """Add cost per successful task and the success/retry rates to a row of sums (in place)."""
+    tasks, successes, attempts = row["tasks"], row["successful_tasks"], row["attempts"]
+    cost = row["cost"]
+    row["cost_complete"] = row["unpriced_attempts"] == 0
+    row["cost_per_successful_task"] = cost / successes if successes and cost is not None else None
+    row["success_rate"] = successes / tasks if tasks else None
+    row["attempt_success_rate"] = row["successful_attempts"] / attempts if attempts else None
+    row["retry_rate"] = (attempts - tasks) / tasks if tasks else None
+    row["failed_attempts"] = attempts - row["successful_attempts"]
+    return row
+
+
+def cost_totals(*, user, query: CostQuery) -> dict:
+    """Ungrouped totals of the range, plus unallocated pool cost and total spend.
+
+    Unallocated pool cost belongs to no team: it is part of the totals only for users who see
+    every team, and only when the query is not filtered to some teams, models or workloads.
+    """
+    totals = cost_rows(user=user, query=CostQuery(query.start, query.end, (), "total", query.filters))
+    row = (
+        totals[0] if totals else with_ratios({name: 0 for name in _SUMS} | {"cost": None, "idle_cost": None})
+    )
+    unallocated = None
+    filtered_to_usage = any(
+        dimension in {"team", "model", "workload", "endpoint"} for dimension, _ in query.filters
+    )
+    if sees_all_teams(user) and not filtered_to_usage:
+        pools = pool_cost_rows(
+            user=user, start=query.start, end=query.end, granularity="total", filters=query.filters
+        )
+        unallocated = sum((pool["unallocated_cost"] or 0 for pool in pools), Decimal(0))
+    row["unallocated_cost"] = unallocated
+    known = [value for value in (row["cost"], unallocated) if value is not None]
+    row["total_spend"] = sum(known, Decimal(0)) if known else None
+    return row
+
+
+def pool_cost_rows(
+    *, user, start: datetime, end: datetime, granularity: str = "total", filters=()
+) -> list[dict]:
+    """Per pool (and period): pool, allocated, unallocated and idle cost, energy, utilisation, GPU-hours.
+
+    Pools are shared infrastructure whose cost spans teams, so these rows are for org-wide viewers.
+    """
+    from django.db.models import Avg, Count, Sum
+    from django.db.models.functions import Trunc
+
+    from costcenter.models import PoolHour
+
+    if not sees_all_teams(user):
+        return []
+    rows = PoolHour.objects.filter(hour__gte=start, hour__lt=end)
+    for dimension, values in filters:
+        if dimension == "pool":
+            rows = rows.filter(pool__name__in=values)
+        elif dimension == "vendor":
+            rows = rows.filter(pool__vendor__in=values)
+    keys = ["pool__name", "pool__vendor"]
+    if granularity != "total":
+        rows = rows.annotate(period=Trunc("hour", granularity, tzinfo=UTC))
+        keys.append("period")
+    aggregated = (
+        rows.values(*keys)
+        .annotate(
+            pool_cost=Sum("pool_cost"),
+            allocated_cost=Sum("allocated_cost"),
+            unallocated_cost=Sum("unallocated_cost"),
+            idle_cost=Sum("idle_cost"),
+            energy_kwh=Sum("energy_kwh"),
+            mean_utilisation=Avg("mean_utilisation"),
+            gpu_hours=Sum("gpu_count"),
+            hours=Count("id"),
+            unpriced_hours=Count("id", filter=Q(gpu_hour_price__isnull=True)),
+            attempts=Sum("attempts"),
+        )
+        .order_by(*keys)
+    )
+    result = []
+    for row in aggregated:
+        out = {"pool": row["pool__name"], "vendor": row["pool__vendor"]}
+        if granularity != "total":
+            out["period"] = row["period"]
+        out.update(
+            {name: value for name, value in row.items() if not name.startswith("pool__") and name != "period"}
+        )
+        result.append(out)
+    return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from celery import shared_task
 from django.db import transaction
 
 
@@ -12,3 +13,11 @@ def enqueue_on_commit(task, *args, **kwargs) -> None:
     for rows that a rollback then removes; tasks take ids, never model instances.
     """
     transaction.on_commit(lambda: task.apply_async(args=args, kwargs=kwargs))
+
+
+@shared_task(name="costcenter.recompute_costs", acks_late=True, expires=240)
+def recompute_costs() -> int:
+    """Cost new usage, price changes and the hours that just ended."""
+    from costcenter.costing import recompute
+
+    return recompute()

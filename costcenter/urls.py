@@ -1,8 +1,9 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
 
-from costcenter import token_views, views
+from costcenter import api, token_views, views
 from ingest import api as ingest_api
 
 admin.site.site_header = "CostCenter administration"
@@ -13,6 +14,9 @@ urlpatterns = [
     path("teams/", views.team_list, name="cc-teams"),
     path("teams/<slug:slug>/", views.team_detail, name="cc-team"),
     path("tokens/", token_views.token_list, name="cc-tokens"),
+    path("api/v1/costs/", api.CostsApi.as_view(), name="cc-api-costs"),
+    path("api/v1/pools/costs/", api.PoolCostsApi.as_view(), name="cc-api-pool-costs"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="cc-api-schema"),
     path("api/v1/usage/", ingest_api.UsageIngestView.as_view(), name="cc-api-usage"),
     # OTLP/HTTP's default traces path, so exporters need only the base URL as their endpoint.
     path("v1/traces", ingest_api.OtlpTracesView.as_view(), name="cc-otlp-traces"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -10,70 +10,17 @@ import pytest
 from costcenter.catalog import catalog_load
 from costcenter.costing import allocate, recompute, recompute_hour
 from costcenter.models import GpuHourPrice, HourlyUsage, LlmModel, PoolHour, RepriceHour, TokenPrice
-from ingest.records import UsageRecord
-from ingest.services import ingest_items, source_for
+from tests import cost_world
 
 pytestmark = pytest.mark.django_db
 
-CATALOG = """
-teams: [{slug: a, name: A}, {slug: b, name: B}]
-pools:
-  - {name: h100, vendor: nvidia, gpu_model: H100, gpu_count: 2, kwh_price: "0.10",
-     prices: [{effective_from: 2026-01-01, gpu_hour: "2.50"}]}
-  - {name: mi300, vendor: amd, gpu_model: MI300X, gpu_count: 4, weights: {input: "1", output: "3"},
-     prices: [{effective_from: 2026-01-01, gpu_hour: "1.50"}]}
-endpoints:
-  - {name: vllm-1, kind: gpu_pool, pool: h100}
-  - {name: vllm-2, kind: gpu_pool, pool: h100}
-  - {name: amd-1, kind: gpu_pool, pool: mi300}
-  - {name: openai, kind: token_priced, provider: openai}
-models:
-  - {name: llama}
-  - name: mini
-    prices:
-      - {effective_from: 2026-01-01, input: "0.15", cached_input: "0.075", output: "0.60"}
-      - {effective_from: "2026-11-02T10:30:00Z", input: "0.20", output: "0.80"}
-"""
-
-H = datetime(2026, 11, 2, 10, tzinfo=UTC)
+CATALOG, H = cost_world.CATALOG, cost_world.H
+attempt, load = cost_world.attempt, cost_world.load
 
 
 @pytest.fixture(autouse=True)
 def catalog():
     catalog_load(CATALOG)
-
-
-def attempt(n: int, *, minute: int = 5, hour: datetime = H, task: str | None = None, attempt_no: int = 1, **kw):
-    values = {
-        "idempotency_key": f"r-{n}",
-        "task_id": task or f"t-{n}",
-        "attempt": attempt_no,
-        "request_id": f"r-{n}",
-        "ts": hour + timedelta(minutes=minute),
-        "model": "mini",
-        "model_version": "",
-        "endpoint": "openai",
-        "workload": "w",
-        "team": "a",
-        "status": "success",
-        "http_status": 200,
-        "error_type": None,
-        "latency_ms": 1000,
-        "ttft_ms": 100,
-        "queue_wait_ms": None,
-        "prompt_tokens": 1000,
-        "completion_tokens": 100,
-        "cached_tokens": 0,
-        "reasoning_tokens": None,
-    }
-    values.update(kw)
-    return UsageRecord(**values)
-
-
-def load(*records):
-    result = ingest_items(list(records), source=source_for("t"), origin="test")
-    assert result.rejected == 0, result.sample_rejects
-    return result
 
 
 def rows(hour: datetime = H, **filters) -> list[HourlyUsage]:
@@ -87,7 +34,12 @@ def test_cached_tokens_are_charged_at_the_cached_price_and_never_twice():
     (row,) = rows()
     # (1000 × 0.15 + 1000 × 0.075 + 500 × 0.60) / 1e6 = 525 / 1e6
     assert row.cost == Decimal("0.000525")
-    assert (row.prompt_tokens, row.cached_tokens, row.completion_tokens, row.reasoning_tokens) == (2000, 1000, 500, 200)
+    assert (row.prompt_tokens, row.cached_tokens, row.completion_tokens, row.reasoning_tokens) == (
+        2000,
+        1000,
+        500,
+        200,
+    )
     assert row.token_price_ids == [TokenPrice.objects.get(input_per_mtok=Decimal("0.15")).pk]
 
 
@@ -126,14 +78,18 @@ def test_a_pool_hour_is_allocated_by_weighted_tokens_across_endpoints_and_teams(
     load(
         attempt(1, model="llama", endpoint="vllm-1", team="a", prompt_tokens=1000, completion_tokens=200),
         attempt(2, model="llama", endpoint="vllm-2", team="b", prompt_tokens=600, completion_tokens=200),
-        attempt(3, model="llama", endpoint="vllm-2", team="b", prompt_tokens=0, completion_tokens=0, minute=9),
+        attempt(
+            3, model="llama", endpoint="vllm-2", team="b", prompt_tokens=0, completion_tokens=0, minute=9
+        ),
     )
     recompute_hour(H)
     # h100: 2 GPUs × 2.50 = 5.00 (no energy metrics arrived). Weights 1/1: a = 1200, b = 800.
     a, b = rows(team__slug="a"), rows(team__slug="b")
     assert a[0].cost == Decimal("3.000000000000") and b[0].cost == Decimal("2.000000000000")
     pool = PoolHour.objects.get(pool__name="h100", hour=H)
-    assert pool.pool_cost == Decimal("5") and pool.allocated_cost == Decimal("5") and pool.unallocated_cost == 0
+    assert (
+        pool.pool_cost == Decimal("5") and pool.allocated_cost == Decimal("5") and pool.unallocated_cost == 0
+    )
     assert pool.energy_kwh is None and pool.idle_cost is None  # no metrics: unknown, not zero
     assert a[0].gpu_hour_price_id == GpuHourPrice.objects.get(pool__name="h100").pk
 
@@ -188,7 +144,10 @@ def test_unpriced_usage_is_counted_with_unknown_cost_until_a_price_arrives():
     assert row.cost is None and (row.unpriced_attempts, row.unpriced_tokens) == (1, 350)
     model = LlmModel.objects.get(name="mistral")
     TokenPrice.objects.create(
-        model=model, effective_from=H - timedelta(days=1), input_per_mtok=Decimal(2), output_per_mtok=Decimal(6)
+        model=model,
+        effective_from=H - timedelta(days=1),
+        input_per_mtok=Decimal(2),
+        output_per_mtok=Decimal(6),
     )
     recompute(now=H + timedelta(hours=1))
     (row,) = rows()

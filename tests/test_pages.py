@@ -19,6 +19,7 @@ PUBLIC = {"login"}
 POST_ONLY = {"logout"}
 # API endpoints answer 401 (with a WWW-Authenticate challenge) instead of redirecting to login.
 API = {"cc-api-usage", "cc-otlp-traces"}
+API_GET = {"cc-api-costs", "cc-api-pool-costs", "cc-api-schema"}
 
 
 def own_page_names() -> list[str]:
@@ -43,6 +44,9 @@ def test_every_page_requires_login(client, people, name):
         return
     if name in API:
         assert client.post(url, data=b"[]", content_type="application/json").status_code == 401
+        return
+    if name in API_GET:
+        assert client.get(url).status_code == 401
         return
     response = client.get(url)
     if name in PUBLIC:

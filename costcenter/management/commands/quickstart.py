@@ -21,6 +21,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from costcenter.costing import recompute
+
 EXAMPLE_CATALOG = Path(settings.BASE_DIR) / "examples" / "catalog.yaml"
 STOP_GRACE_SECONDS = 15
 
@@ -48,6 +50,9 @@ class Command(BaseCommand):
             call_command("demo", stdout=demo_out)
             total = [line for line in demo_out.getvalue().splitlines() if line.startswith("total")]
             self.stdout.write(f"{total[-1] if total else 'demo loaded'} ({time.monotonic() - started:.0f}s)")
+        started = time.monotonic()
+        hours = recompute()
+        self.stdout.write(f"costs computed for {hours:,} hour(s) ({time.monotonic() - started:.0f}s)")
         if no_serve:
             return
         url = f"http://{addr}:{port}/"
