@@ -328,6 +328,9 @@ def _cost_hour(book: PriceBook, hour: datetime, groups: dict[tuple, Group], metr
         if utilisation is not None:
             fact.idle_cost = (fact.pool_cost * (1 - utilisation)).quantize(QUANTUM)
         weights = [group.weighted_tokens for group in pool_groups]
+        if sum(weights) == 0:
+            # Only attempts without tokens (failures before any output): share by attempts.
+            weights = [Decimal(group.attempts) for group in pool_groups]
         shares = allocate(fact.pool_cost, weights)
         idle_shares = (
             allocate(fact.idle_cost, weights) if fact.idle_cost is not None else [None] * len(weights)

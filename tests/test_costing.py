@@ -177,3 +177,31 @@ def test_allocation_parts_add_up_exactly():
     shares = allocate(Decimal("5.000000000000"), [Decimal(1), Decimal(1), Decimal(1)])
     assert sum(shares) == Decimal("5") and shares[0] == Decimal("1.666666666667")
     assert allocate(Decimal("1"), [Decimal(0), Decimal(0)]) == [Decimal("0.5"), Decimal("0.5")]
+
+
+def test_a_pool_hour_of_token_less_attempts_is_shared_by_attempts():
+    load(
+        attempt(1, model="llama", endpoint="vllm-1", status="failure", prompt_tokens=0, completion_tokens=0),
+        attempt(
+            2,
+            model="llama",
+            endpoint="vllm-1",
+            team="b",
+            status="failure",
+            prompt_tokens=0,
+            completion_tokens=0,
+        ),
+        attempt(
+            3,
+            model="llama",
+            endpoint="vllm-2",
+            team="b",
+            status="failure",
+            prompt_tokens=0,
+            completion_tokens=0,
+        ),
+    )
+    recompute_hour(H)
+    # 5.00 in three equal shares: 1.666666666666 each, and the two leftover 1e-12 go to two of them.
+    assert sorted(row.cost for row in rows()) == [Decimal("1.666666666666")] + [Decimal("1.666666666667")] * 2
+    assert sum(row.cost for row in rows()) == Decimal("5")
