@@ -121,7 +121,12 @@ def load_series(text: str, wanted: set[str], result: ImportResult) -> dict[str, 
     by_identity: dict[tuple[str, tuple], Series] = {}
     for name, labels, value, stamp in iter_samples(text):
         if name not in wanted:
-            continue
+            # prometheus_client's text parser adds _total to every counter sample; Prometheus keeps
+            # the name as written (dcgm-exporter's counters have no _total).
+            if name.endswith("_total") and name[:-6] in wanted:
+                name = name[:-6]
+            else:
+                continue
         if stamp is None:
             result.without_timestamp += 1
             continue
