@@ -119,7 +119,8 @@ def _status_of(error: Exception) -> int | None:
 
 
 def _prometheus_message(error: Exception) -> str:
-    match = re.search(r'"error":"((?:[^"\\]|\\.)*)"', str(error))
+    # Prometheus answers {"status":"error","errorType":…,"error":"…"}; show its message.
+    match = re.search(r'"error":\s*"((?:[^"\\]|\\.)*)"', str(error))
     return match.group(1) if match else str(error)[:300]
 
 
