@@ -124,6 +124,14 @@ def _prometheus_message(error: Exception) -> str:
     return match.group(1) if match else str(error)[:300]
 
 
+def _short(error: Exception) -> str:
+    """requests' messages repeat the whole URL (the PromQL); keep the cause."""
+    text = str(error)
+    if "Caused by" in text:
+        text = text[text.index("Caused by") :]
+    return f"{type(error).__name__}: {text[:300]}"
+
+
 def retry_delays(retries: int) -> list[float]:
     return [min(FIRST_RETRY_DELAY * 2**attempt, MAX_RETRY_DELAY) for attempt in range(retries)]
 
@@ -155,9 +163,9 @@ def query_range(
         except (requests.Timeout, requests.ConnectionError) as error:
             failure = error
         if attempt < retries:
-            log.info("prometheus: retrying in %.2fs after %s", delays[attempt], failure)
+            log.info("prometheus: retrying in %.2fs after %s", delays[attempt], _short(failure))
             sleep(delays[attempt])
-    raise PrometheusUnavailable(f"{type(failure).__name__}: {str(failure)[:300]}")
+    raise PrometheusUnavailable(_short(failure))
 
 
 def client_for(source: PrometheusSource) -> QueryRangeClient:
