@@ -210,3 +210,35 @@ def call_command_output(*args) -> str:
     out = StringIO()
     call_command(*args, stdout=out)
     return out.getvalue()
+
+
+BACKFILL_CATALOG = """
+currency: USD
+pools:
+  - {name: h100, vendor: nvidia, gpu_model: H100, gpu_count: 1, prometheus: {match: {Hostname: "gpu-node-1"}}}
+  - {name: mi300x, vendor: amd, gpu_model: MI300X, gpu_count: 1, prometheus: {match: {hostname: "mi-node-.*"}}}
+"""
+
+
+@pytest.mark.django_db
+def test_import_of_the_promtool_backfill_sample():
+    """shared/samples/prometheus-backfill.openmetrics.txt, as verified with promtool: OpenMetrics
+    seconds, a dcgm counter without _total (the strict OpenMetrics parser refuses it, the fallback
+    reads it), 5-minute windows."""
+    catalog_load(BACKFILL_CATALOG, source="backfill")
+    source = import_source("backfill")
+    source.step_seconds = 300
+    source.save()
+    result = import_openmetrics(SAMPLES / "prometheus-backfill.openmetrics.txt", source=source)
+    assert result.samples == 12 and result.without_timestamp == 0  # request_success_total is not used
+    # 1735689600 is a window boundary: that sample closes the window (…5300, …5600]; the samples at
+    # +30 s and +60 s fall in (…5600, …5900].
+    first, second = (datetime.fromtimestamp(t, tz=UTC) for t in (1735689300, 1735689600))
+    h100 = {row.interval_start: row for row in GpuInterval.objects.filter(pool__name="h100")}
+    assert h100[first].utilisation == 0.0 and h100[first].energy_j is None  # one sample: no increase
+    assert h100[second].utilisation == pytest.approx(0.89)  # (87 + 91) / 2 %
+    # 21,000,000 mJ over 30 s; 30 s to the window start (< 1.1 gaps: extrapolated fully), 240 s to
+    # its end (half a gap only): × (30 + 30 + 15) / 30 → 52,500,000 mJ = 52,500 J.
+    assert h100[second].energy_j == pytest.approx(52_500)
+    amd = {row.interval_start: row.utilisation for row in GpuInterval.objects.filter(pool__name="mi300x")}
+    assert amd == {first: pytest.approx(0.12), second: pytest.approx(0.64)}
