@@ -18,9 +18,8 @@ from ingest.models import GpuInterval, InferenceInterval, PrometheusSource, Unma
 from ingest.openmetrics_import import extrapolated_increase, import_openmetrics, import_source
 from tests import prom_checks, prom_data
 
-SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "samples"
-if not SAMPLES.is_dir():
-    SAMPLES = Path("/work/shared/samples")
+# Real exporter output (copies of shared/samples/, provenance in each file's header).
+SAMPLES = Path(__file__).resolve().parent / "data"
 
 
 def test_extrapolated_increase_matches_prometheus_rules():
