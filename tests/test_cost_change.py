@@ -299,3 +299,45 @@ def test_periods_must_share_their_scope():
     user = make_user("erin", org_role="viewer")
     with pytest.raises(ValueError, match="same filters"):
         cost_change(user=user, before=BEFORE, after=CostQuery(H1, H1, filters=(("team", ("a",)),)))
+
+
+def test_the_worked_example_of_the_docs():
+    # docs/cost-change.md: A 80 → 90 tasks at 1.00, B 20 → 30 tasks at 10.00 → 11.00,
+    # an idle pool costing 20.00 → 30.00 an hour. Spend 300 → 450.
+    catalog_load("""
+teams: [{slug: a, name: A}]
+pools:
+  - {name: spare, vendor: nvidia, gpu_model: H100, gpu_count: 10,
+     prices: [{effective_from: 2026-01-01, gpu_hour: "2"}, {effective_from: "2026-11-03T00:00:00Z", gpu_hour: "3"}]}
+endpoints: [{name: api, kind: token_priced, provider: openai}]
+models:
+  - {name: A, prices: [{effective_from: 2026-01-01, input: "1", output: "1"}]}
+  - name: B
+    prices: [{effective_from: 2026-01-01, input: "10", output: "10"},
+             {effective_from: "2026-11-03T00:00:00Z", input: "11", output: "11"}]
+""")
+    result = run(
+        *[task(H0, "A", completion=0) for _ in range(80)],
+        *[task(H0, "B", completion=0) for _ in range(20)],
+        *[task(H1, "A", completion=0) for _ in range(90)],
+        *[task(H1, "B", completion=0) for _ in range(30)],
+    )
+    assert (result.before_spend, result.after_spend) == (Decimal(300), Decimal(450))
+    by_model = {m.model: m for m in result.models}
+    assert (by_model["A"].effect("volume"), by_model["A"].effect("mix")) == (Decimal("15.5"), Decimal("-5.5"))
+    b = by_model["B"]
+    assert (b.effect("volume"), b.effect("mix"), b.effect("unit_price")) == (
+        Decimal("47.333333333333"),
+        Decimal("57.833333333334"),  # 347/6 rounded, plus the 1e-12 B's rounding left over
+        Decimal("24.833333333333"),
+    )
+    assert effects(result) == {
+        "volume": Decimal("62.833333333333"),
+        "mix": Decimal("52.333333333334"),
+        "unit_price": Decimal("24.833333333333"),
+        "prompt_length": Decimal(0),
+        "output_length": Decimal(0),
+        "retries": Decimal(0),
+        "idle_unallocated": Decimal(10),
+    }
+    assert result.explanation == "Spend rose $150.00 (+50%), mostly because successful tasks grew 20%."
