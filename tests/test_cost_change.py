@@ -341,3 +341,30 @@ models:
         "idle_unallocated": Decimal(10),
     }
     assert result.explanation == "Spend rose $150.00 (+50%), mostly because successful tasks grew 20%."
+
+
+def test_zero_output_tokens_in_one_period_is_an_output_length_effect():
+    world()
+    # Before, no output at all (k_out = 0, its price undefined: it takes the after price, 2 per 1M).
+    result = run(task(H0, completion=0), task(H0, completion=0), task(H1), task(H1))
+    only(result, "output_length", "0.4")
+    assert "output tokens per attempt on cheap appeared" in result.explanation
+
+
+def test_whole_days_reconcile_with_the_daily_rollups():
+    world(pools=True)
+    load(*task(H0), *task(H1), *task(H1), *task(H1, "llama", endpoint="vllm"))
+    recompute(now=H1 + timedelta(days=1), since=H0.replace(hour=0))
+    day0 = H0.replace(hour=0)
+    before, after = (
+        CostQuery(day0, day0 + timedelta(days=1)),
+        CostQuery(day0 + timedelta(days=1), day0 + timedelta(days=2)),
+    )
+    user = make_user("carol", org_role="viewer")
+    result = cost_change(user=user, before=before, after=after)
+    # h100 costs 2.00 an hour for 24 hours a day; the spare pool (3.00) is in service from day 2.
+    # Day 1: 1.20 + 48.00 unallocated. Day 2: 2.40 + 2.00 llama + 46.00 + 72.00 unallocated.
+    assert result.before_spend == cost_totals(user=user, query=before)["total_spend"] == Decimal("49.2")
+    assert result.after_spend == cost_totals(user=user, query=after)["total_spend"] == Decimal("122.4")
+    assert result.effect("idle_unallocated") == Decimal(70)
+    assert sum(e.amount for e in result.effects) == result.change
