@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -21,6 +22,7 @@ MAX_RANGE = {"hour": timedelta(days=31), "day": timedelta(days=3 * 366), "week":
 DEFAULT_MAX_RANGE = timedelta(days=5 * 366)
 
 
+@extend_schema_field(OpenApiTypes.STR)  # a date or a datetime: one string type in the schema
 class MomentField(serializers.Field):
     """A date (midnight UTC) or an ISO 8601 datetime (UTC unless it has an offset)."""
 
@@ -40,6 +42,7 @@ class MomentField(serializers.Field):
         return value.isoformat()
 
 
+@extend_schema_field(OpenApiTypes.STR)  # comma-separated values
 class CommaListField(serializers.Field):
     def __init__(self, *, choices=None, **kwargs):
         self.choices = choices
