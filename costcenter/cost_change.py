@@ -43,7 +43,7 @@ tokens of that kind is moved to "flat" first, so no price per token is ever infi
 result (attempts and tokens per period); the result says it is incomplete. Rows that are only
 partly priced (a price began mid-hour) keep their known cost and all their tokens.
 
-Reads only the hourly rollups, scoped exactly like ``cost_rows`` (``selectors._usage_queryset``)
+Reads only the hourly rollups, scoped exactly like ``cost_rows`` (``selectors.usage_queryset``)
 and ``cost_totals`` (unallocated cost is included for org-wide viewers of unfiltered scopes).
 """
 
@@ -61,7 +61,7 @@ from django.conf import settings
 from django.db import connection
 
 from costcenter.money import AMOUNT_DECIMAL_PLACES, round_for_display
-from costcenter.selectors import CostQuery, _usage_queryset, cost_totals
+from costcenter.selectors import CostQuery, cost_totals, usage_queryset
 
 QUANTUM = Decimal(1).scaleb(-AMOUNT_DECIMAL_PLACES)
 
@@ -128,7 +128,7 @@ LEFT JOIN costcenter_pool p ON p.id = e.pool_id AND e.kind = 'gpu_pool'"""
 def scoped_hourly_sql(*, user, start: datetime, end: datetime, filters=()) -> tuple[str, list]:
     """SQL (and parameters) of the hourly rollup rows the user may see in [start, end) under
     ``filters``: the same scoping as ``cost_rows``, usable as a derived table ``h``."""
-    rows, _ = _usage_queryset(user=user, query=CostQuery(start, end, (), "hour", tuple(filters)))
+    rows, _ = usage_queryset(user=user, query=CostQuery(start, end, (), "hour", tuple(filters)))
     sql, params = rows.values(*ROW_COLUMNS).query.sql_with_params()
     return f"({sql}) h", list(params)
 

@@ -3,7 +3,7 @@
 One row per model × GPU pool for self-run endpoints (all of a pool's endpoints together), and
 per model × endpoint for token-priced and unknown endpoints (``pool`` and ``vendor`` are None
 there, ``provider`` and ``endpoint`` say where it ran). Read from the hourly rollups and the
-pool-hour facts only, scoped exactly like ``selectors.cost_rows`` (``_usage_queryset``): two
+pool-hour facts only, scoped exactly like ``selectors.cost_rows`` (``usage_queryset``): two
 queries whose size depends on the number of hourly groups and histogram buckets, never on the
 number of attempts.
 

@@ -167,7 +167,12 @@ class CostQuery:
     filters: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
-def _usage_queryset(*, user, query: CostQuery):
+def usage_queryset(*, user, query: CostQuery):
+    """The rollup rows of ``query``, scoped to what ``user`` may see, and their time field.
+
+    Day-aligned ranges read the daily rollups unless hourly buckets are asked for. Every reader of
+    usage rollups starts here, so scoping and filters cannot differ between pages and the API.
+    """
     from costcenter.models import DailyUsage, HourlyUsage
 
     day_aligned = all(
@@ -199,7 +204,7 @@ def cost_rows(*, user, query: CostQuery) -> list[dict]:
     from django.db.models import Sum
     from django.db.models.functions import Trunc
 
-    rows, time_field = _usage_queryset(user=user, query=query)
+    rows, time_field = usage_queryset(user=user, query=query)
     keys = [GROUP_FIELDS[dimension] for dimension in query.group_by]
     if query.granularity != "total":
         rows = rows.annotate(period=Trunc(time_field, query.granularity, tzinfo=UTC))

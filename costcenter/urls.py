@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from costcenter import api, token_views, views
@@ -23,4 +23,8 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    # Each feature area keeps its own routes.
+    path("", include("costcenter.urls_pages")),
+    path("", include("costcenter.urls_budgets")),
+    path("api/v1/", include("costcenter.urls_api")),
 ]

@@ -1,0 +1,3 @@
+"""Budgets and alerts pages."""
+
+urlpatterns: list = []

@@ -1,0 +1,3 @@
+"""Dashboard pages (Explorer, Models × Hardware, GPU fleet, Cost change, Ingestion)."""
+
+urlpatterns: list = []
