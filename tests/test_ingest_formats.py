@@ -399,7 +399,11 @@ def test_gzip_files_are_read_transparently(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in DATA.iterdir()))
+# Usage-log fixtures only: tests/data also holds Prometheus exporter samples for the metrics tests.
+USAGE_FIXTURES = sorted(p.name for p in DATA.iterdir() if not p.name.endswith(".txt"))
+
+
+@pytest.mark.parametrize("name", USAGE_FIXTURES)
 def test_no_fixture_leaks_prompt_or_output_text(name):
     defaults = FileDefaults(model="m", ts=datetime(2026, 11, 2, tzinfo=UTC))
     for item in parse_file(name, defaults=defaults):
