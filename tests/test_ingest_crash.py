@@ -50,6 +50,7 @@ def test_sigkill_at_several_points_then_resume_gives_exact_totals(tmp_path):
             child.send_signal(signal.SIGKILL)
             kills += 1
         child.wait()
+        assert child.returncode in (0, -signal.SIGKILL), child.stderr.read().decode()[-2000:]
         connection.close()  # a fresh view of what the child committed
         committed = Attempt.objects.count()
         checkpoint = FileCheckpoint.objects.get(path=str(path))
