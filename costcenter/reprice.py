@@ -25,17 +25,18 @@ def _mark(sql: str, params: list) -> None:
         )
 
 
-def mark_model_hours(model_name: str, since: datetime) -> None:
-    """Hours from ``since`` with costed usage of any version of the model."""
+def mark_model_hours(model_name: str, since: datetime, until: datetime | None = None) -> None:
+    """Hours in [since, until) with costed usage of any version of the model."""
     _mark(
         "SELECT DISTINCT u.hour FROM costcenter_hourlyusage u JOIN costcenter_llmmodel m ON m.id = u.model_id "
-        "WHERE m.name = %s AND u.hour >= date_trunc('hour', %s::timestamptz, 'UTC')",
-        [model_name, since],
+        "WHERE m.name = %s AND u.hour >= date_trunc('hour', %s::timestamptz, 'UTC') "
+        "AND (%s::timestamptz IS NULL OR u.hour < %s::timestamptz)",
+        [model_name, since, until, until],
     )
 
 
-def mark_pool_hours(pool_id: int, since: datetime | None) -> None:
-    """Every costed hour from ``since`` (None: from the pool's first costed hour), used or not."""
+def mark_pool_hours(pool_id: int, since: datetime | None, until: datetime | None = None) -> None:
+    """Every costed hour in [since, until) (since None: the pool's first costed hour), used or not."""
     done_until = RollupState.objects.filter(name="hourly").values_list("done_until", flat=True).first()
     if done_until is None:
         return  # nothing costed yet: the first run costs everything
@@ -43,10 +44,11 @@ def mark_pool_hours(pool_id: int, since: datetime | None) -> None:
         since = PoolHour.objects.filter(pool_id=pool_id).aggregate(first=Min("hour"))["first"]
         if since is None:
             return
+    last = done_until if until is None else min(until, done_until)
     _mark(
         "SELECT generate_series(date_trunc('hour', %s::timestamptz, 'UTC'), "
-        "%s::timestamptz - interval '1 hour', interval '1 hour')",
-        [since, done_until],
+        "%s::timestamptz - interval '1 microsecond', interval '1 hour')",
+        [since, last],
     )
 
 
@@ -60,18 +62,41 @@ def _remember(sender, instance, **kwargs) -> None:
     instance._stored = sender.objects.filter(pk=instance.pk).first() if instance.pk else None
 
 
+def _affected(instance, stored) -> tuple[datetime, datetime | None]:
+    """[start, end) over which a price row's change can alter which price is in force.
+
+    A row governs [effective_from, its end), its end being its explicit ``effective_to`` or else
+    the next row's start in the same series (None: open-ended). Before and after an edit, the
+    union of both versions' ranges covers every attempt whose price may differ.
+    """
+    series = type(instance).objects.filter(instance.series_filter()).exclude(pk=instance.pk)
+
+    def end_of(row) -> datetime | None:
+        if row.effective_to is not None:
+            return row.effective_to
+        return (
+            series.filter(effective_from__gt=row.effective_from)
+            .order_by("effective_from")
+            .values_list("effective_from", flat=True)
+            .first()
+        )
+
+    versions = [row for row in (instance, stored) if row is not None]
+    ends = [end_of(row) for row in versions]
+    start = min(row.effective_from for row in versions)
+    return start, None if any(end is None for end in ends) else max(ends)
+
+
 def token_price_changed(sender, instance, **kwargs) -> None:
-    stored = getattr(instance, "_stored", None)
-    since = min(instance.effective_from, stored.effective_from) if stored else instance.effective_from
+    start, end = _affected(instance, getattr(instance, "_stored", None))
     name = LlmModel.objects.filter(pk=instance.model_id).values_list("name", flat=True).first()
     if name is not None:  # None: the model itself is being deleted
-        mark_model_hours(name, since)
+        mark_model_hours(name, start, end)
 
 
 def gpu_price_changed(sender, instance, **kwargs) -> None:
-    stored = getattr(instance, "_stored", None)
-    since = min(instance.effective_from, stored.effective_from) if stored else instance.effective_from
-    mark_pool_hours(instance.pool_id, since)
+    start, end = _affected(instance, getattr(instance, "_stored", None))
+    mark_pool_hours(instance.pool_id, start, end)
 
 
 def pool_changed(sender, instance, **kwargs) -> None:

@@ -205,3 +205,33 @@ def test_a_pool_hour_of_token_less_attempts_is_shared_by_attempts():
     # 5.00 in three equal shares: 1.666666666666 each, and the two leftover 1e-12 go to two of them.
     assert sorted(row.cost for row in rows()) == [Decimal("1.666666666666")] + [Decimal("1.666666666667")] * 2
     assert sum(row.cost for row in rows()) == Decimal("5")
+
+
+def test_a_price_change_marks_only_the_hours_it_can_affect():
+    from costcenter.models import RepriceHour
+
+    for day in range(5):  # usage of mini on five days, 10:00 each
+        load(attempt(100 + day, hour=H + timedelta(days=day)))
+    recompute(now=H + timedelta(days=6), since=H)
+    assert not RepriceHour.objects.exists()
+    model = LlmModel.objects.get(name="mini")
+    # A temporary price for 2026-11-03 only: only that day's hour with usage is affected.
+    price = TokenPrice.objects.create(
+        model=model,
+        effective_from=H + timedelta(days=1) - timedelta(hours=10),
+        effective_to=H + timedelta(days=2) - timedelta(hours=10),
+        input_per_mtok=Decimal("0.01"),
+        output_per_mtok=Decimal("0.01"),
+    )
+    assert list(RepriceHour.objects.values_list("hour", flat=True)) == [H + timedelta(days=1)]
+    recompute(now=H + timedelta(days=6))
+    assert rows(H + timedelta(days=1))[0].cost == Decimal("0.000011")  # (1000 + 100) × 0.01 / 1e6
+    assert rows(H + timedelta(days=2))[0].cost == Decimal("0.00028")  # the list price again
+    # Moving it a day later marks both the day it left and the day it covers now.
+    price.effective_from += timedelta(days=1)
+    price.effective_to += timedelta(days=1)
+    price.save()
+    assert sorted(RepriceHour.objects.values_list("hour", flat=True)) == [
+        H + timedelta(days=1),
+        H + timedelta(days=2),
+    ]
