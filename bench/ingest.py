@@ -153,8 +153,8 @@ def raw_copy(dump: Path) -> float:
 
 def bulk_create(path: Path) -> float:
     """Only the bulk_create calls are timed; parsing and id lookups are not."""
+    from costcenter.pg import hash64
     from ingest.dimensions import DimensionIds
-    from ingest.writer import hash64
 
     dims = DimensionIds(source_for("bench-bulk"))
     batch: list[Attempt] = []

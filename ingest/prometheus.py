@@ -21,17 +21,17 @@ import os
 import re
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import requests
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from costcenter.models import Pool
+from costcenter.pg import session_lock
 from ingest.metric_families import (
     GPU_GROUP_LABELS,
     INFERENCE_FAMILIES,
@@ -52,7 +52,6 @@ from ingest.metric_store import (
     store_unmatched,
 )
 from ingest.models import MetricCheckpoint, PrometheusSource
-from ingest.writer import hash64
 
 log = logging.getLogger(__name__)
 
@@ -287,18 +286,8 @@ class PullResult:
         return not self.errors
 
 
-@contextmanager
 def source_lock(source: PrometheusSource):
-    key = hash64(f"prometheus-source:{source.pk}")
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        acquired = cursor.fetchone()[0]
-    try:
-        yield acquired
-    finally:
-        if acquired:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+    return session_lock(f"prometheus-source:{source.pk}")
 
 
 def pull_source(

@@ -14,21 +14,21 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from costcenter.pg import hash64, session_lock
 from ingest.dimensions import DimensionIds, DimensionRejected
 from ingest.formats import iter_path_records, sniff
 from ingest.formats.detect import detect_format
 from ingest.models import FileCheckpoint, IngestRun, RejectedRecord, Source, SourceKind
 from ingest.records import FileDefaults, Reject, UsageRecord
-from ingest.writer import hash64, write_rows
+from ingest.writer import write_rows
 
 log = logging.getLogger(__name__)
 
@@ -253,18 +253,8 @@ def ingest_path(
         return _ingest_locked(path, source=source, fmt=fmt, defaults=defaults, progress=progress, force=force)
 
 
-@contextmanager
-def file_lock(source: Source, path: Path) -> Iterator[bool]:
-    key = hash64(f"ingest-file:{source.pk}:{path}")
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        acquired = cursor.fetchone()[0]
-    try:
-        yield acquired
-    finally:
-        if acquired:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+def file_lock(source: Source, path: Path):
+    return session_lock(f"ingest-file:{source.pk}:{path}")
 
 
 def _ingest_locked(

@@ -7,7 +7,6 @@ statement, and tells us exactly how many rows were new.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -49,11 +48,6 @@ COPY_TYPES = (
 )
 _STAGING = "ingest_attempt_staging"
 _COLUMN_LIST = ", ".join(COLUMNS)
-
-
-def hash64(text: str) -> int:
-    """A signed 64-bit hash, stable across processes and Python versions (unlike ``hash``)."""
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big", signed=True)
 
 
 def write_rows(rows: Sequence[tuple], *, months: set[datetime]) -> int:

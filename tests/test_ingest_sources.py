@@ -10,11 +10,11 @@ import psycopg
 import pytest
 from django.db import connection
 
+from costcenter.pg import hash64
 from ingest.models import Attempt, Source, SourceKind
 from ingest.partitions import ensure_partitions_ahead
 from ingest.services import file_lock, files_to_ingest, ingest_path, source_for
 from ingest.tasks import ingest_usage_file
-from ingest.writer import hash64
 from tests.ingest_helpers import canonical, write_jsonl
 
 pytestmark = pytest.mark.django_db

@@ -10,10 +10,10 @@ from django.core.management import call_command
 from django.db import connection
 
 from costcenter.models import Endpoint, EndpointKind, LlmModel, Team, Workload
+from costcenter.pg import hash64
 from ingest.models import Attempt, DirtyHour, FileCheckpoint, IngestRun, RejectedRecord
 from ingest.records import Reject
 from ingest.services import ingest_items, ingest_path, source_for
-from ingest.writer import hash64
 from tests.ingest_helpers import canonical, write_jsonl
 
 pytestmark = pytest.mark.django_db
