@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from costcenter import histograms
 from costcenter.models import (
+    ROLLUP_SUM_FIELDS,
     DailyUsage,
     Endpoint,
     EndpointKind,
@@ -45,6 +46,7 @@ from costcenter.models import (
     TokenPrice,
 )
 from costcenter.money import AMOUNT_DECIMAL_PLACES
+from costcenter.pg import session_lock
 from costcenter.pricing import in_force, resolve_token_price, token_price_series
 
 log = logging.getLogger(__name__)
@@ -497,18 +499,7 @@ def recompute_quiet_hours(hours: list[datetime], *, book: PriceBook, marks: dict
 
 
 # --- Days --------------------------------------------------------------------------------------
-_SUMMED = [
-    "attempts",
-    "successful_attempts",
-    "tasks",
-    "successful_tasks",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "reasoning_tokens",
-    "unpriced_attempts",
-    "unpriced_tokens",
-]
+_SUMMED = ROLLUP_SUM_FIELDS
 
 
 def rebuild_day(day: datetime) -> None:
@@ -584,21 +575,15 @@ def recompute(*, now: datetime | None = None, since: datetime | None = None, pro
     the hour in progress, which keeps its mark and is redone by the next run.
     """
 
-    with connection.cursor() as cursor:
-        # One run at a time (beat ticks, the command, a second worker): a second run would only
-        # redo the same hours. The session lock is released at the end, or when the process dies.
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_RECOMPUTE_LOCK])
-        if not cursor.fetchone()[0]:
+    # One run at a time (beat ticks, the command, a second worker): a second run would only redo
+    # the same hours.
+    with session_lock("costing-recompute") as acquired:
+        if not acquired:
             log.info("recompute already running elsewhere; skipped")
             return 0
-    try:
         return _recompute(now=now, since=since, progress=progress)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [_RECOMPUTE_LOCK])
 
 
-_RECOMPUTE_LOCK = 7_301_002
 _HOUR_LOCK = 7_301_003
 
 

@@ -323,6 +323,21 @@ def _histogram() -> ArrayField:
     return ArrayField(models.BigIntegerField(), default=list, blank=True)
 
 
+# The additive columns of a usage rollup: a coarser bucket is the sum of finer ones.
+ROLLUP_SUM_FIELDS = (
+    "attempts",
+    "successful_attempts",
+    "tasks",
+    "successful_tasks",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "reasoning_tokens",
+    "unpriced_attempts",
+    "unpriced_tokens",
+)
+
+
 class UsageRollupFields(models.Model):
     """Counts, tokens, cost and histograms of one group in one time bucket."""
 

@@ -9,7 +9,16 @@ from decimal import Decimal
 from django.db.models import Count, Prefetch, Q
 
 from costcenter.access import sees_all_teams, visible_teams
-from costcenter.models import Endpoint, GpuHourPrice, LlmModel, Membership, Pool, Team, TokenPrice
+from costcenter.models import (
+    ROLLUP_SUM_FIELDS,
+    Endpoint,
+    GpuHourPrice,
+    LlmModel,
+    Membership,
+    Pool,
+    Team,
+    TokenPrice,
+)
 from costcenter.pricing import in_force
 
 
@@ -139,20 +148,7 @@ GROUP_FIELDS = {
     "pool": "endpoint__pool__name",
 }
 GRANULARITIES = ("hour", "day", "week", "month", "total")
-_SUMS = (
-    "attempts",
-    "successful_attempts",
-    "tasks",
-    "successful_tasks",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "reasoning_tokens",
-    "unpriced_attempts",
-    "unpriced_tokens",
-    "cost",
-    "idle_cost",
-)
+_SUMS = (*ROLLUP_SUM_FIELDS, "cost", "idle_cost")
 
 
 @dataclass(frozen=True)
