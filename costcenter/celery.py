@@ -58,6 +58,14 @@ app.conf.update(
             "schedule": crontab(minute="*/5"),
             "options": {"expires": 290},
         },
+        # Budgets and alert rules: a threshold crossed within the last minute's rollups should
+        # reach people within a minute or two; the task also sends due notification retries.
+        # Transitions are claimed once, so an overlapping or late tick sends nothing twice.
+        "evaluate-alerts": {
+            "task": "costcenter.evaluate_alerts",
+            "schedule": crontab(minute="*"),
+            "options": {"expires": 55},
+        },
     },
 )
 app.autodiscover_tasks()

@@ -467,3 +467,251 @@ class RepriceHour(models.Model):
 
     def __str__(self) -> str:
         return f"reprice {self.hour:%Y-%m-%d %H}:00"
+
+
+# --- Budgets and alerts ------------------------------------------------------------------------
+# Decisions live in ``costcenter.budgets`` (status, forecast), ``costcenter.alerts`` (evaluation,
+# transitions) and ``costcenter.notify`` (delivery). Every state change is a row; a change is
+# claimed once by a conditional UPDATE, so overlapping workers never notify twice.
+
+# Dimensions a budget or rule may be narrowed to, besides its team (the selectors' filters).
+SCOPE_DIMENSIONS = ("workload", "model", "vendor", "endpoint", "pool")
+
+
+def default_thresholds() -> list[int]:
+    return [50, 80, 100]
+
+
+class BudgetPeriodKind(models.TextChoices):
+    DAY = "day", "Day"
+    WEEK = "week", "Week (Monday to Sunday)"
+    MONTH = "month", "Month"
+    QUARTER = "quarter", "Quarter"
+
+
+class BudgetState(models.TextChoices):
+    OK = "ok", "OK"
+    WARNING = "warning", "Warning"
+    EXCEEDED = "exceeded", "Exceeded"
+
+
+class Budget(models.Model):
+    """An amount of spend per period for a scope (a team, and optionally workloads, models …).
+
+    ``team`` is both the owner (its editors and admins manage the budget) and the team filter;
+    without a team the budget covers every team and only org admins manage it.
+    """
+
+    name = models.CharField(max_length=200, unique=True)
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="budgets")
+    # {dimension: [values]} for the dimensions of SCOPE_DIMENSIONS; empty = the whole team (or all).
+    scope = models.JSONField(default=dict, blank=True)
+    period = models.CharField(max_length=16, choices=BudgetPeriodKind.choices, default=BudgetPeriodKind.MONTH)
+    # Period boundaries (midnight, Monday, the 1st) are taken in this zone.
+    time_zone = models.CharField(max_length=64, default="UTC")
+    amount = _amount()
+    # Percentages of the amount; each one crossed notifies once per period.
+    thresholds = ArrayField(models.PositiveSmallIntegerField(), default=default_thresholds)
+    forecast_alert = models.BooleanField(default=True)
+    emails = ArrayField(models.CharField(max_length=254), default=list, blank=True)
+    # [{"url": "https://…", "format": "json" | "slack"}]
+    webhooks = models.JSONField(default=list, blank=True)
+    # Webhook bodies are signed with this (HMAC-SHA256); shown to those who manage the budget.
+    signing_secret = models.CharField(max_length=64)
+    from_catalog = models.BooleanField(default=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.CheckConstraint(condition=Q(amount__gt=0), name="budget_amount_positive")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class BudgetPeriod(models.Model):
+    """A budget's state in one period: the highest threshold crossed and the last evaluation.
+
+    A new period starts at level 0 (state ok): that is the visible reset.
+    """
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="periods")
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    # Highest threshold (percent) crossed in this period; 0 = none. Changed only by a claimed UPDATE.
+    level = models.PositiveSmallIntegerField(default=0)
+    state = models.CharField(max_length=16, choices=BudgetState.choices, default=BudgetState.OK)
+    forecast_fired_at = models.DateTimeField(null=True, blank=True)
+    spent = _amount(null=True, blank=True)
+    unpriced_attempts = models.BigIntegerField(default=0)
+    projected = _amount(null=True, blank=True)
+    projected_exceed_at = models.DateTimeField(null=True, blank=True)
+    evaluated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["budget", "-start"]
+        constraints = [models.UniqueConstraint(fields=["budget", "start"], name="budgetperiod_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.budget} from {self.start:%Y-%m-%d %H:%M}"
+
+
+class AlertRuleKind(models.TextChoices):
+    COST_PER_TASK_ABOVE = "cost_per_task_above", "Cost per successful task above a value"
+    COST_PER_TASK_INCREASE = "cost_per_task_increase", "Cost per successful task up N % on the baseline"
+    FAILURE_RATE_ABOVE = "failure_rate_above", "Task failure rate above a value"
+    RETRY_RATE_ABOVE = "retry_rate_above", "Retry rate above a value"
+    GPU_IDLE = "gpu_idle", "Mean GPU utilisation of a pool below a value for N hours"
+    UNPRICED_USAGE = "unpriced_usage", "New unpriced usage"
+    INGESTION_LAG = "ingestion_lag", "Ingestion lag above N minutes"
+    SPEND_ANOMALY = "spend_anomaly", "Spend anomaly against the same hours of previous weeks"
+
+
+class AlertRuleState(models.TextChoices):
+    OK = "ok", "OK"
+    FIRING = "firing", "Firing"
+
+
+class AlertRule(models.Model):
+    """A condition over the rollups (or ingestion) that fires and resolves; see ``alerts``."""
+
+    name = models.CharField(max_length=200)
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.CASCADE, related_name="alert_rules"
+    )
+    kind = models.CharField(max_length=32, choices=AlertRuleKind.choices)
+    scope = models.JSONField(default=dict, blank=True)
+    # The value compared with: money, a ratio (0.05), a percentage, minutes or a deviation factor.
+    threshold = models.DecimalField(max_digits=24, decimal_places=9)
+    window_hours = models.PositiveIntegerField(default=24)
+    enabled = models.BooleanField(default=True)
+    emails = ArrayField(models.CharField(max_length=254), default=list, blank=True)
+    webhooks = models.JSONField(default=list, blank=True)
+    signing_secret = models.CharField(max_length=64)
+    # Changed only by a claimed UPDATE (ok → firing → ok).
+    state = models.CharField(max_length=16, choices=AlertRuleState.choices, default=AlertRuleState.OK)
+    state_since = models.DateTimeField(null=True, blank=True)
+    last_value = models.JSONField(null=True, blank=True)
+    last_evaluated_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(window_hours__gt=0), name="alertrule_window_positive")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AlertEventKind(models.TextChoices):
+    THRESHOLD = "threshold", "Budget threshold"
+    FORECAST = "forecast", "Budget forecast"
+    RESET = "reset", "Budget period reset"
+    RULE = "rule", "Alert rule"
+
+
+class AlertEvent(models.Model):
+    """One state transition of a budget or a rule; the thing that notifies.
+
+    Firing events (a threshold crossed, a forecast, a rule firing) stay open until resolved:
+    by the next period (budgets) or the condition clearing (rules).
+    """
+
+    kind = models.CharField(max_length=16, choices=AlertEventKind.choices)
+    budget = models.ForeignKey(Budget, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    period = models.ForeignKey(
+        BudgetPeriod, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
+    )
+    rule = models.ForeignKey(
+        AlertRule, null=True, blank=True, on_delete=models.CASCADE, related_name="events"
+    )
+    # The owning team (null: org-wide), copied for scoping the alerts page.
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    from_state = models.CharField(max_length=16)
+    to_state = models.CharField(max_length=16)
+    level = models.PositiveSmallIntegerField(null=True, blank=True)
+    firing = models.BooleanField(default=False)
+    title = models.CharField(max_length=300)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["created_at"])]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class NotificationChannel(models.TextChoices):
+    EMAIL = "email", "E-mail"
+    WEBHOOK = "webhook", "Webhook (JSON)"
+    SLACK = "slack", "Webhook (Slack)"
+
+
+class NotificationStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SENT = "sent", "Sent"
+    FAILED = "failed", "Failed"
+
+
+class Notification(models.Model):
+    """One message of one event to one recipient (an address or a URL): the delivery outbox.
+
+    Created in the transaction that claims the event, so each exists once; sent by a worker that
+    claims it with a conditional UPDATE (a lease), retried with backoff for 24 hours.
+    """
+
+    event = models.ForeignKey(AlertEvent, on_delete=models.CASCADE, related_name="notifications")
+    channel = models.CharField(max_length=16, choices=NotificationChannel.choices)
+    target = models.CharField(max_length=2000)
+    status = models.CharField(
+        max_length=16, choices=NotificationStatus.choices, default=NotificationStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+    next_attempt_at = models.DateTimeField()
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["event", "channel", "target"], name="notification_unique")
+        ]
+        indexes = [models.Index(fields=["status", "next_attempt_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.channel} to {self.target} ({self.status})"
+
+
+class DeliveryAttempt(models.Model):
+    """One try at sending a notification: the delivery log shown in the UI."""
+
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="delivery_attempts")
+    at = models.DateTimeField()
+    ok = models.BooleanField()
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    duration_ms = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{'ok' if self.ok else 'failed'} at {self.at:%Y-%m-%d %H:%M:%S}"
