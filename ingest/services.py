@@ -12,6 +12,8 @@ import hashlib
 import itertools
 import logging
 import os
+import queue
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from costcenter.pg import hash64, session_lock
@@ -87,6 +89,63 @@ class _Batch:
         self.items = 0
 
 
+class _Committer:
+    """Commits batches in order, each in its own transaction.
+
+    For a file outside a transaction (the command, a task) the commits run on a second thread with
+    its own connection, so parsing the next batch overlaps Postgres writing this one: parsing is
+    Python on one core, the COPY and de-duplication are the server's work on the other. Inside a
+    caller's transaction (a test) they run inline, in that transaction.
+    """
+
+    def __init__(self, result: IngestResult, run: IngestRun, checkpoint: FileCheckpoint | None) -> None:
+        self.result, self.run, self.checkpoint = result, run, checkpoint
+        self.error: BaseException | None = None
+        # Files only (they are large); an HTTP batch is small and commits inline in its request.
+        self.threaded = checkpoint is not None and not connection.in_atomic_block
+        if self.threaded:
+            self.jobs: queue.Queue = queue.Queue(maxsize=1)  # at most one batch waits: memory stays flat
+            self.thread = threading.Thread(target=self._work, name="ingest-commit", daemon=True)
+            self.thread.start()
+
+    def submit(self, batch: _Batch, *, final: bool = False) -> None:
+        if not self.threaded:
+            _commit(batch, self.result, self.run, self.checkpoint, final=final)
+            return
+        self._raise_failure()
+        self.jobs.put((batch, final))
+
+    def close(self) -> None:
+        """Wait until every submitted batch is committed (or failed); re-raise a failure."""
+        if self.threaded:
+            self.jobs.put(None)
+            self.thread.join()
+            self._raise_failure()
+
+    def close_quietly(self) -> None:
+        """On the caller's own failure: let the batches already handed over finish, then stop."""
+        try:
+            self.close()
+        except BaseException:  # noqa: BLE001, S110 - the caller's exception is the one to raise
+            pass
+
+    def _raise_failure(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _work(self) -> None:
+        try:
+            while (job := self.jobs.get()) is not None:
+                if self.error is not None:
+                    continue  # after a failure, only drain: the caller re-raises it
+                try:
+                    _commit(job[0], self.result, self.run, self.checkpoint, final=job[1])
+                except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+                    self.error = exc
+        finally:
+            connection.close()
+
+
 def ingest_items(
     items: Iterable[UsageRecord | Reject],
     *,
@@ -110,6 +169,7 @@ def ingest_items(
     known_ids: dict[tuple, tuple] = {}
     batch = _Batch()
     source_id = source.pk
+    committer = _Committer(result, run, checkpoint)
     try:
         for index, item in enumerate(items, start=first_index):
             batch.items += 1
@@ -172,12 +232,14 @@ def ingest_items(
                     batch.rows.append(row)
                     batch.months.add((ts.year, ts.month))
             if batch.items >= batch_size:
-                _commit(batch, result, run, checkpoint)
+                committer.submit(batch)
                 batch = _Batch()
                 if progress:
                     progress(result)
-        _commit(batch, result, run, checkpoint, final=True)
-    except Exception as exc:
+        committer.submit(batch, final=True)
+        committer.close()
+    except BaseException as exc:
+        committer.close_quietly()
         IngestRun.objects.filter(pk=run.pk).update(error=str(exc)[:2000], finished_at=timezone.now())
         Source.objects.filter(pk=source.pk).update(last_run_at=timezone.now(), last_error=str(exc)[:2000])
         raise
@@ -198,7 +260,6 @@ def _reject(batch: _Batch, result: IngestResult, source, run, origin: str, rejec
             excerpt=reject.excerpt[:400],
         )
     )
-    result.rejected += 1
     result.reasons[_reason_key(reject.reason)] += 1
     if len(result.sample_rejects) < SAMPLE_REJECTS:
         result.sample_rejects.append(reject)
@@ -212,8 +273,10 @@ def _commit(
         months = {datetime(year, month, 1, tzinfo=UTC) for year, month in batch.months}
         inserted = write_rows(batch.rows, months=months)
         RejectedRecord.objects.bulk_create(batch.rejects)
+        # Counted here, at commit, so the run's figures always match what is stored.
         result.accepted += inserted
         result.duplicate += len(batch.rows) - inserted
+        result.rejected += len(batch.rejects)
         IngestRun.objects.filter(pk=run.pk).update(
             accepted=result.accepted,
             duplicate=result.duplicate,
