@@ -81,3 +81,28 @@ def test_partitions_are_created_ahead(db):
     created = ensure_partitions_ahead(now=datetime(2031, 12, 15, tzinfo=UTC), months_ahead=2)
     assert created == ["ingest_attempt_y2031m12", "ingest_attempt_y2032m01", "ingest_attempt_y2032m02"]
     assert ensure_partitions_ahead(now=datetime(2031, 12, 20, tzinfo=UTC), months_ahead=2) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_background_commit_stops_the_run_and_keeps_what_was_committed(
+    tmp_path, monkeypatch, settings
+):
+    from ingest import services
+    from ingest.models import FileCheckpoint
+
+    settings.INGEST_BATCH_SIZE = 10
+    path = write_jsonl(tmp_path / "f.jsonl", [canonical(i) for i in range(35)])
+    real, calls = services.write_rows, []
+
+    def failing(rows, **kwargs):
+        calls.append(len(rows))
+        if len(calls) == 2:
+            raise RuntimeError("disk full")
+        return real(rows, **kwargs)
+
+    monkeypatch.setattr(services, "write_rows", failing)
+    with pytest.raises(RuntimeError, match="disk full"):
+        ingest_path(path, source=source_for("files"))
+    assert Attempt.objects.count() == 10 and FileCheckpoint.objects.get().items_done == 10
+    monkeypatch.setattr(services, "write_rows", real)
+    assert ingest_path(path, source=source_for("files")).accepted == 25
