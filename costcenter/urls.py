@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from costcenter import api, token_views, views
+from costcenter.api_catalog import ApiDocsView
 from ingest import api as ingest_api
 
 admin.site.site_header = "CostCenter administration"
@@ -17,6 +18,7 @@ urlpatterns = [
     path("api/v1/costs/", api.CostsApi.as_view(), name="cc-api-costs"),
     path("api/v1/pools/costs/", api.PoolCostsApi.as_view(), name="cc-api-pool-costs"),
     path("api/schema/", SpectacularAPIView.as_view(), name="cc-api-schema"),
+    path("api/docs/", ApiDocsView.as_view(), name="cc-api-docs"),
     path("api/v1/usage/", ingest_api.UsageIngestView.as_view(), name="cc-api-usage"),
     # OTLP/HTTP's default traces path, so exporters need only the base URL as their endpoint.
     path("v1/traces", ingest_api.OtlpTracesView.as_view(), name="cc-otlp-traces"),
