@@ -88,7 +88,7 @@ class CatalogSpec:
     pools: list[dict[str, Any]] = field(default_factory=list)
     endpoints: list[dict[str, Any]] = field(default_factory=list)
     models: list[dict[str, Any]] = field(default_factory=list)
-    budgets_ignored: int = 0
+    budgets: list[dict[str, Any]] = field(default_factory=list)
 
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
@@ -299,12 +299,78 @@ def catalog_parse(text: str, *, source: str = "catalog") -> CatalogSpec:
         }
         spec.models.append(model)
 
-    spec.budgets_ignored = len(check.items(root.get("budgets"), "budgets"))
+    for i, raw in enumerate(check.items(root.get("budgets"), "budgets")):
+        budget = _budget(check, raw, f"budgets[{i}]")
+        if budget is not None:
+            spec.budgets.append(budget)
     _check_names_unique(check, spec)
     _check_references(check, spec)
     if check.problems:
         raise CatalogError(check.problems)
     return spec
+
+
+_BUDGET_KEYS = {"scope", "period", "time_zone", "thresholds", "forecast", "notify"}
+
+
+def _cleaned(check: _Checker, cleaner, value: Any, path: str, default: Any) -> Any:
+    """Run one of ``costcenter.budgets``' validators (shared with the form and the API)."""
+    try:
+        return cleaner(value)
+    except ValueError as exc:
+        check.problem(path, str(exc))
+        return default
+
+
+def _budget(check: _Checker, raw: Any, path: str) -> dict | None:
+    """One ``budgets[]`` entry: ``{name, amount, scope?, period?, time_zone?, thresholds?,
+    forecast?, notify?: {emails?, webhooks?}}``; ``scope.team`` names one team."""
+    from costcenter import budgets as budget_rules
+    from costcenter.models import BudgetPeriodKind
+
+    if check.mapping(raw, path, {"name", "amount"}, _BUDGET_KEYS) is None:
+        return None
+    budget = {
+        "name": check.text(raw.get("name"), f"{path}.name"),
+        "amount": check.decimal(raw.get("amount"), f"{path}.amount", positive=True),
+        "period": check.choice(raw.get("period", "month"), f"{path}.period", list(BudgetPeriodKind.values)),
+        "time_zone": _cleaned(
+            check, budget_rules.clean_time_zone, raw.get("time_zone", "UTC"), f"{path}.time_zone", "UTC"
+        ),
+        "thresholds": _cleaned(
+            check, budget_rules.clean_thresholds, raw.get("thresholds"), f"{path}.thresholds", [50, 80, 100]
+        ),
+        "forecast_alert": True,
+        "team": None,
+        "scope": {},
+        "emails": [],
+        "webhooks": [],
+    }
+    forecast = raw.get("forecast", True)
+    if not isinstance(forecast, bool):
+        check.problem(f"{path}.forecast", "must be true or false")
+    else:
+        budget["forecast_alert"] = forecast
+    scope = raw.get("scope")
+    if scope is not None:
+        if not isinstance(scope, dict):
+            check.problem(f"{path}.scope", "must be a mapping of dimensions to values")
+        else:
+            scope = dict(scope)
+            if "team" in scope:
+                budget["team"] = check.text(
+                    scope.pop("team"), f"{path}.scope.team", max_length=64, pattern=_SLUG
+                )
+            budget["scope"] = _cleaned(check, budget_rules.clean_scope, scope, f"{path}.scope", {})
+    notify = raw.get("notify")
+    if notify is not None and check.mapping(notify, f"{path}.notify", set(), {"emails", "webhooks"}):
+        budget["emails"] = _cleaned(
+            check, budget_rules.clean_emails, notify.get("emails"), f"{path}.notify.emails", []
+        )
+        budget["webhooks"] = _cleaned(
+            check, budget_rules.clean_webhooks, notify.get("webhooks"), f"{path}.notify.webhooks", []
+        )
+    return budget
 
 
 def _label_matchers(check: _Checker, match: Any, path: str) -> dict[str, str]:
@@ -361,7 +427,7 @@ def _prices(check: _Checker, raw_list: Any, path: str, columns: dict[str, bool],
 
 
 def _check_names_unique(check: _Checker, spec: CatalogSpec) -> None:
-    for section, key in (("teams", "slug"), ("pools", "name"), ("endpoints", "name")):
+    for section, key in (("teams", "slug"), ("pools", "name"), ("endpoints", "name"), ("budgets", "name")):
         seen: dict[str, int] = {}
         for i, item in enumerate(getattr(spec, section)):
             name = item.get(key)
@@ -392,6 +458,11 @@ def _check_references(check: _Checker, spec: CatalogSpec) -> None:
         for j, price in enumerate(model["prices"]):
             if price.endpoint and price.endpoint not in known_endpoints:
                 check.problem(f"models[{i}].prices[{j}].endpoint", f"unknown endpoint {price.endpoint!r}")
+    if spec.budgets:
+        teams = {team["slug"] for team in spec.teams} | set(Team.objects.values_list("slug", flat=True))
+        for i, budget in enumerate(spec.budgets):
+            if budget["team"] and budget["team"] not in teams:
+                check.problem(f"budgets[{i}].scope.team", f"unknown team {budget['team']!r}")
 
 
 # --- Applying --------------------------------------------------------------------------------
@@ -400,7 +471,6 @@ class ApplyReport:
     created: dict[str, int] = field(default_factory=dict)
     updated: dict[str, int] = field(default_factory=dict)
     deleted: dict[str, int] = field(default_factory=dict)
-    budgets_ignored: int = 0
 
     def count(self, kind: str, outcome: str) -> None:
         bucket = getattr(self, outcome, None)
@@ -412,15 +482,12 @@ class ApplyReport:
         return any(self.created.values()) or any(self.updated.values()) or any(self.deleted.values())
 
     def summary(self) -> str:
-        kinds = ["teams", "pools", "endpoints", "models", "prices"]
+        kinds = ["teams", "pools", "endpoints", "models", "prices", "budgets"]
         parts = []
         for kind in kinds:
             figures = [f"{getattr(self, o).get(kind, 0)} {o}" for o in ("created", "updated", "deleted")]
             parts.append(f"{kind}: {', '.join(figures)}")
-        text = "; ".join(parts) if self.changed else "catalog unchanged"
-        if self.budgets_ignored:
-            text += f"; budgets: {self.budgets_ignored} not loaded (budgets are not supported yet)"
-        return text
+        return "; ".join(parts) if self.changed else "catalog unchanged"
 
 
 def _upsert(report: ApplyReport, kind: str, model, lookup: dict, values: dict):
@@ -460,7 +527,7 @@ def _series_key(price) -> dict:
 
 @transaction.atomic
 def catalog_apply(spec: CatalogSpec) -> ApplyReport:
-    report = ApplyReport(budgets_ignored=spec.budgets_ignored)
+    report = ApplyReport()
     for team in spec.teams:
         _upsert(report, "teams", Team, {"slug": team["slug"]}, {"name": team["name"]})
     for pool in spec.pools:
@@ -509,7 +576,30 @@ def catalog_apply(spec: CatalogSpec) -> ApplyReport:
                 for p in model["prices"]
             ]
             _sync_prices(report, TokenPrice, {"model_id": obj.pk}, rows)
+    _apply_budgets(report, spec.budgets)
     return report
+
+
+def _apply_budgets(report: ApplyReport, budgets: list[dict]) -> None:
+    """Budgets are matched by name; their signing secret is made once and kept on reloads."""
+    from costcenter.budgets import new_signing_secret
+    from costcenter.models import Budget
+
+    teams_by_slug = dict(Team.objects.values_list("slug", "pk"))
+    for budget in budgets:
+        values = {
+            key: budget[key] for key in ("period", "time_zone", "amount", "thresholds", "forecast_alert")
+        }
+        values |= {
+            "team_id": teams_by_slug.get(budget["team"]) if budget["team"] else None,
+            "scope": budget["scope"],
+            "emails": budget["emails"],
+            "webhooks": budget["webhooks"],
+            "from_catalog": True,
+        }
+        if not Budget.objects.filter(name=budget["name"]).exists():
+            values["signing_secret"] = new_signing_secret()
+        _upsert(report, "budgets", Budget, {"name": budget["name"]}, values)
 
 
 def catalog_load(text: str, *, source: str = "catalog") -> ApplyReport:
