@@ -17,6 +17,22 @@ from costcenter.env import database_from_url, env_bool, env_int, env_list, env_s
 BASE_DIR = Path(__file__).resolve().parent.parent
 COSTCENTER_HOME = Path(env_str("COSTCENTER_HOME", str(BASE_DIR / ".costcenter"))).resolve()
 
+
+def _home_dir(path: Path) -> Path:
+    """A folder under COSTCENTER_HOME, created now: a read-only or full disk is reported here,
+    in one sentence, rather than as a traceback from deep inside the broker or the database."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_bytes(b"x")  # a byte, so a full disk fails here too
+        probe.unlink()
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"COSTCENTER_HOME={COSTCENTER_HOME}: cannot write {path} ({exc.strerror or exc}); "
+            "point COSTCENTER_HOME at a writable folder with free space"
+        ) from None
+    return path
+
 # --- Core ------------------------------------------------------------------------------------
 DEBUG = env_bool("DEBUG", False)
 
@@ -30,7 +46,7 @@ def _secret_key() -> str:
     # Local use only: a random key kept beside the embedded data, so sessions survive restarts.
     path = COSTCENTER_HOME / "dev-secret-key"
     if not path.exists():
-        COSTCENTER_HOME.mkdir(parents=True, exist_ok=True)
+        _home_dir(COSTCENTER_HOME)
         path.write_text(secrets.token_urlsafe(50))
         path.chmod(0o600)
     return path.read_text().strip()
@@ -128,7 +144,7 @@ _static_root = env_str("STATIC_ROOT")
 STATIC_ROOT = Path(_static_root) if _static_root else COSTCENTER_HOME / "staticfiles"
 if not _static_root:
     # WhiteNoise warns about a missing STATIC_ROOT even when it serves from the finders.
-    STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+    _home_dir(STATIC_ROOT)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -183,7 +199,7 @@ if not CELERY_BROKER_URL:
     _broker_dir = COSTCENTER_HOME / "broker"
     CELERY_BROKER_URL = "filesystem://"
     for _folder in ("queue", "processed", "control"):
-        (_broker_dir / _folder).mkdir(parents=True, exist_ok=True)
+        _home_dir(_broker_dir / _folder)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),

@@ -116,3 +116,40 @@ def test_collectstatic_builds_the_hashed_manifest_production_serves(tmp_path):
     manifest = json.loads((tmp_path / "static" / "staticfiles.json").read_text())
     hashed = manifest["paths"]["vendor/plotly.min.js"]
     assert hashed != "vendor/plotly.min.js" and (tmp_path / "static" / (hashed + ".gz")).exists()
+
+
+def test_a_configuration_mistake_is_one_sentence_not_a_traceback(tmp_path):
+    result = _manage("check", env={"DEBUG": "maybe", "COSTCENTER_HOME": str(tmp_path)})
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == "configuration error: DEBUG='maybe': expected one of true/false, 1/0, yes/no, on/off"
+    )
+
+
+def test_an_unwritable_costcenter_home_is_reported_clearly(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = _manage("check", env={"DEBUG": "true", "COSTCENTER_HOME": str(blocker / "home")})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"COSTCENTER_HOME={blocker / 'home'}: cannot write" in result.stderr
+    assert "point COSTCENTER_HOME at a writable folder with free space" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root (CI runs as root)")
+def test_a_full_costcenter_home_is_reported_clearly(tmp_path):
+    mount = tmp_path / "full"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)]).returncode != 0:
+        pytest.skip("this sandbox does not allow mounting a tmpfs")
+    try:
+        with (mount / "filler").open("wb") as filler:  # fill the disk
+            try:
+                filler.write(b"x" * 1_000_000)
+            except OSError:
+                pass
+        result = _manage("check", env={"DEBUG": "true", "COSTCENTER_HOME": str(mount)})
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert "No space left on device" in result.stderr
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
