@@ -215,6 +215,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(COSTCENTER_HOME / "celerybeat-schedule")
 INGEST_DIMENSION_LIMIT = env_int("INGEST_DIMENSION_LIMIT", 1000, minimum=1)
 # Rows per COPY batch (and per committed checkpoint).
 INGEST_BATCH_SIZE = env_int("INGEST_BATCH_SIZE", 20000, minimum=1)
+# Raw attempts are kept this many months (whole monthly partitions are dropped); rollups stay.
+RAW_RETENTION_MONTHS = env_int("RAW_RETENTION_MONTHS", 13, minimum=1)
 # Largest body POST /api/v1/usage/ and /v1/traces accept, before and after decompression.
 INGEST_MAX_BODY_BYTES = env_int("INGEST_MAX_BODY_BYTES", 32 * 1024 * 1024, minimum=1)
 

@@ -61,3 +61,35 @@ def ensure_partitions_ahead(*, now: datetime, months_ahead: int = 2) -> list[str
 def forget_known_partitions() -> None:
     """For tests that drop partitions behind this module's back."""
     _known.clear()
+
+
+def months_before(start: datetime, months: int) -> datetime:
+    year, month = divmod(start.year * 12 + start.month - 1 - months, 12)
+    return datetime(year, month + 1, 1, tzinfo=UTC)
+
+
+def drop_expired_partitions(*, now: datetime, keep_months: int) -> list[str]:
+    """Drop the monthly partitions of raw attempts that ended more than ``keep_months`` ago.
+
+    Dropping a whole partition is instant and leaves no bloat, unlike deleting rows. Costed
+    rollups (hourly, daily, pool-hours) are kept, so history stays on every page; only drill-down
+    to single attempts of those months goes. The current month counts as one of the months kept.
+    """
+    cutoff = months_before(month_start(now), keep_months - 1)
+    dropped: list[str] = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_PARTITION_LOCK])
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'ingest_attempt'::regclass ORDER BY c.relname"
+        )
+        for (name,) in cursor.fetchall():
+            try:
+                start = datetime(int(name[-7:-3]), int(name[-2:]), 1, tzinfo=UTC)
+            except ValueError:
+                continue  # not one of ours
+            if next_month(start) <= cutoff:
+                cursor.execute(f"DROP TABLE {name}")  # noqa: S608 - a name read from the catalog
+                dropped.append(name)
+    transaction.on_commit(lambda: _known.difference_update(dropped))
+    return dropped

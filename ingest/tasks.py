@@ -40,9 +40,14 @@ def ingest_usage_file(source_id: int, path: str) -> dict:
 
 @shared_task(name="ingest.create_partitions_ahead", expires=3600)
 def create_partitions_ahead() -> list[str]:
-    from ingest.partitions import ensure_partitions_ahead
+    """Monthly partitions: the next ones created ahead, the expired ones dropped (retention)."""
+    from django.conf import settings
 
-    return ensure_partitions_ahead(now=timezone.now())
+    from ingest.partitions import drop_expired_partitions, ensure_partitions_ahead
+
+    now = timezone.now()
+    drop_expired_partitions(now=now, keep_months=settings.RAW_RETENTION_MONTHS)
+    return ensure_partitions_ahead(now=now)
 
 
 @shared_task(name="ingest.pull_prometheus_metrics", expires=290)

@@ -106,3 +106,23 @@ def test_a_failed_background_commit_stops_the_run_and_keeps_what_was_committed(
     assert Attempt.objects.count() == 10 and FileCheckpoint.objects.get().items_done == 10
     monkeypatch.setattr(services, "write_rows", real)
     assert ingest_path(path, source=source_for("files")).accepted == 25
+
+
+def test_retention_drops_whole_expired_partitions_and_keeps_rollups(tmp_path):
+    from ingest.partitions import drop_expired_partitions
+
+    old = canonical(0, ts="2025-09-30T23:00:00Z")
+    kept = canonical(1, ts="2025-10-01T00:00:00Z")
+    ingest_path(write_jsonl(tmp_path / "old.jsonl", [old, kept]), source=source_for("files"))
+    from costcenter.costing import recompute_hour
+    from costcenter.models import HourlyUsage
+
+    september_hour = datetime(2025, 9, 30, 23, tzinfo=UTC)
+    recompute_hour(september_hour)
+    assert HourlyUsage.objects.filter(hour=september_hour).count() == 1
+    # Keeping 13 months on 2026-10-15 keeps 2025-10 … 2026-10: September 2025 goes.
+    dropped = drop_expired_partitions(now=datetime(2026, 10, 15, tzinfo=UTC), keep_months=13)
+    assert dropped == ["ingest_attempt_y2025m09"]
+    assert list(Attempt.objects.values_list("task_id", flat=True)) == ["task-0"]  # canonical(1)'s task
+    assert drop_expired_partitions(now=datetime(2026, 10, 15, tzinfo=UTC), keep_months=13) == []
+    assert HourlyUsage.objects.filter(hour=september_hour).count() == 1  # costs stay
