@@ -439,7 +439,7 @@ class SourceOutput(serializers.Serializer):
     last_run_at = serializers.DateTimeField(allow_null=True)
     last_success_at = serializers.DateTimeField(allow_null=True)
     last_error = serializers.CharField(allow_blank=True)
-    runs = serializers.IntegerField()
+    runs = serializers.IntegerField(source="run_count")
     accepted = serializers.IntegerField()
     duplicate = serializers.IntegerField()
     rejected = serializers.IntegerField()
@@ -451,7 +451,7 @@ def _sources(user):
     if not sees_all_teams(user):
         return Source.objects.none()
     return Source.objects.annotate(
-        runs=Count("runs"),
+        run_count=Count("runs"),
         accepted=Sum("runs__accepted", default=0),
         duplicate=Sum("runs__duplicate", default=0),
         rejected=Sum("runs__rejected", default=0),
@@ -633,8 +633,9 @@ _ATTEMPT_FIELDS = (
 )
 
 
-def _ids(model, field: str, values) -> list[int]:
-    return list(model.objects.filter(**{f"{field}__in": values}).values_list("pk", flat=True))
+def _ids(rows, field: str, values) -> list[int]:
+    rows = rows.objects.all() if isinstance(rows, type) else rows
+    return list(rows.filter(**{f"{field}__in": values}).values_list("pk", flat=True))
 
 
 def attempt_rows(*, user, data: dict) -> tuple[list[dict], list | None]:
@@ -797,24 +798,28 @@ def gpu_pool_rows(*, user, start: datetime, end: datetime, granularity: str, poo
     aggregated = (
         rows.values(*keys)
         .annotate(
-            gpu_hours=Sum("gpu_count"),
-            mean_utilisation=Avg("mean_utilisation"),
-            energy_kwh=Sum("energy_kwh"),
-            mean_memory_used_mib=Avg("memory_used_mib"),
-            mean_memory_total_mib=Avg("memory_total_mib"),
-            max_memory_used_mib=Max("memory_used_mib"),
-            pool_cost=Sum("pool_cost"),
-            idle_cost=Sum("idle_cost"),
-            hours_with_metrics=Count("id", filter=Q(mean_utilisation__isnull=False)),
+            agg_gpu_hours=Sum("gpu_count"),
+            agg_mean_utilisation=Avg("mean_utilisation"),
+            agg_energy_kwh=Sum("energy_kwh"),
+            agg_mean_memory_used_mib=Avg("memory_used_mib"),
+            agg_mean_memory_total_mib=Avg("memory_total_mib"),
+            agg_max_memory_used_mib=Max("memory_used_mib"),
+            agg_pool_cost=Sum("pool_cost"),
+            agg_idle_cost=Sum("idle_cost"),
+            agg_hours_with_metrics=Count("id", filter=Q(mean_utilisation__isnull=False)),
         )
         .order_by(*keys)
     )
+    # Aggregates get their own names: Django refuses an annotation named like a field it reads.
     result = []
     for row in aggregated:
-        row["pool"], row["vendor"] = row.pop("pool__name"), row.pop("pool__vendor")
-        if row["mean_utilisation"] is not None:
-            row["mean_utilisation"] = float(row["mean_utilisation"])
-        result.append(row)
+        out = {"pool": row["pool__name"], "vendor": row["pool__vendor"]}
+        if "period" in row:
+            out["period"] = row["period"]
+        out.update({name[4:]: value for name, value in row.items() if name.startswith("agg_")})
+        if out["mean_utilisation"] is not None:
+            out["mean_utilisation"] = float(out["mean_utilisation"])
+        result.append(out)
     return result
 
 
