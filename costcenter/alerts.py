@@ -278,6 +278,10 @@ def _totals(rule: AlertRule, start: datetime, end: datetime) -> dict:
     )
 
 
+def _plain(value: Decimal) -> str:
+    return f"{value.normalize():f}"
+
+
 def _pct(value) -> Decimal:
     return (Decimal(value) * 100).quantize(Decimal("0.01"))
 
@@ -286,7 +290,8 @@ def _check_cost_per_task_above(rule, now) -> Check:
     totals = _totals(rule, *_window(rule, now))
     value = totals["cost_per_successful_task"]
     firing = value is not None and value > rule.threshold
-    return Check(firing, _money(value), f"cost per successful task {value} > {rule.threshold}")
+    shown = "—" if value is None else f"{value:.6f}"
+    return Check(firing, _money(value), f"cost per successful task {shown} > {_plain(rule.threshold)}")
 
 
 def _check_cost_per_task_increase(rule, now) -> Check:
@@ -314,7 +319,7 @@ def _check_failure_rate(rule, now) -> Check:
         return Check(False, None, "no tasks")
     failure = _pct(1 - Decimal(rate))
     return Check(
-        failure > rule.threshold, str(failure), f"task failure rate {failure} % > {rule.threshold} %"
+        failure > rule.threshold, str(failure), f"task failure rate {failure} % > {_plain(rule.threshold)} %"
     )
 
 
@@ -323,7 +328,7 @@ def _check_retry_rate(rule, now) -> Check:
     if rate is None:
         return Check(False, None, "no tasks")
     retry = _pct(rate)
-    return Check(retry > rule.threshold, str(retry), f"retry rate {retry} % > {rule.threshold} %")
+    return Check(retry > rule.threshold, str(retry), f"retry rate {retry} % > {_plain(rule.threshold)} %")
 
 
 def _check_gpu_idle(rule, now) -> Check:
@@ -343,7 +348,9 @@ def _check_gpu_idle(rule, now) -> Check:
     }
     names = ", ".join(f"{pool} ({mean} %)" for pool, mean in sorted(idle.items()))
     return Check(
-        bool(idle), idle, f"GPU utilisation below {rule.threshold} % for {rule.window_hours} h: {names}"
+        bool(idle),
+        idle,
+        f"GPU utilisation below {_plain(rule.threshold)} % for {rule.window_hours} h: {names}",
     )
 
 
@@ -378,7 +385,7 @@ def _check_ingestion_lag(rule, now) -> Check:
     return Check(
         minutes > rule.threshold,
         {"minutes": int(minutes), "newest": newest.isoformat()},
-        f"no usage ingested for {minutes} minutes (limit {rule.threshold})",
+        f"no usage ingested for {minutes} minutes (limit {_plain(rule.threshold)})",
     )
 
 
@@ -398,7 +405,7 @@ def _check_spend_anomaly(rule, now) -> Check:
     median = Decimal(statistics.median(baselines))
     mad = Decimal(statistics.median([abs(value - median) for value in baselines]))
     spread = max(Decimal("1.4826") * mad, median / 10)
-    limit = median + rule.threshold * spread
+    limit = (median + rule.threshold * spread).quantize(Decimal(1).scaleb(-12))
     return Check(
         current > limit,
         {"current": str(current), "median": str(median), "limit": str(limit)},
