@@ -13,7 +13,8 @@ from django.conf import settings
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.permissions import SAFE_METHODS, BasePermission
@@ -48,6 +49,9 @@ class ReadOrManage(BasePermission):
 
 
 # --- Fields shared by budgets and rules --------------------------------------------------------------
+@extend_schema_field(
+    OpenApiTypes.ANY
+)  # a scope mapping or a list of addresses, cleaned by a shared validator
 class _Cleaned(serializers.Field):
     def __init__(self, cleaner, **kwargs):
         self.cleaner = cleaner
@@ -63,15 +67,53 @@ class _Cleaned(serializers.Field):
         return value
 
 
+def _typed(cleaner, schema):
+    """A ``_Cleaned`` field with its OpenAPI type (the cleaner decides what it accepts)."""
+
+    @extend_schema_field(schema)
+    class Typed(_Cleaned):
+        pass
+
+    def make(**kwargs):
+        return Typed(cleaner, **kwargs)
+
+    return make
+
+
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+ScopeField = _typed(svc.clean_scope, {"type": "object", "additionalProperties": _STRINGS})
+RuleScopeField = _typed(
+    lambda value: svc.clean_scope(value, extra=("source",)),
+    {"type": "object", "additionalProperties": _STRINGS},
+)
+EmailsField = _typed(svc.clean_emails, {"type": "array", "items": {"type": "string", "format": "email"}})
+WebhooksField = _typed(
+    svc.clean_webhooks,
+    {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "url": {"type": "string"},
+                "format": {"type": "string", "enum": ["json", "slack"]},
+            },
+        },
+        "description": "URLs, or {url, format: json|slack}",
+    },
+)
+TimeZoneField = _typed(svc.clean_time_zone, {"type": "string", "example": "Europe/Berlin"})
+ThresholdsField = _typed(svc.clean_thresholds, {"type": "array", "items": {"type": "integer"}})
+
+
 class _OwnedSerializer(serializers.Serializer):
     id = serializers.IntegerField(read_only=True)
     name = serializers.CharField(max_length=200)
     team = serializers.CharField(
         allow_null=True, required=False, default=None, help_text="team slug; null = all teams"
     )
-    scope = _Cleaned(svc.clean_scope, required=False, default=dict)
-    emails = _Cleaned(svc.clean_emails, required=False, default=list)
-    webhooks = _Cleaned(svc.clean_webhooks, required=False, default=list)
+    scope = ScopeField(required=False, default=dict)
+    emails = EmailsField(required=False, default=list)
+    webhooks = WebhooksField(required=False, default=list)
     signing_secret = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
 
@@ -93,9 +135,9 @@ class _OwnedSerializer(serializers.Serializer):
 
 class BudgetSerializer(_OwnedSerializer):
     period = serializers.ChoiceField(choices=BudgetPeriodKind.choices, default=BudgetPeriodKind.MONTH)
-    time_zone = _Cleaned(svc.clean_time_zone, required=False, default="UTC")
+    time_zone = TimeZoneField(required=False, default="UTC")
     amount = serializers.DecimalField(**MONEY, min_value=0)
-    thresholds = _Cleaned(svc.clean_thresholds, required=False, default=svc.clean_thresholds(None))
+    thresholds = ThresholdsField(required=False, default=svc.clean_thresholds(None))
     forecast_alert = serializers.BooleanField(required=False, default=True)
     from_catalog = serializers.BooleanField(read_only=True)
 
@@ -118,7 +160,7 @@ class AlertRuleSerializer(_OwnedSerializer):
     threshold = serializers.DecimalField(max_digits=24, decimal_places=9, coerce_to_string=True)
     window_hours = serializers.IntegerField(min_value=1, max_value=24 * 31, default=24)
     enabled = serializers.BooleanField(default=True)
-    scope = _Cleaned(lambda value: svc.clean_scope(value, extra=("source",)), required=False, default=dict)
+    scope = RuleScopeField(required=False, default=dict)
     state = serializers.CharField(read_only=True)
     state_since = serializers.DateTimeField(read_only=True)
     last_value = serializers.JSONField(read_only=True)
@@ -306,7 +348,7 @@ class AlertEventOutput(serializers.Serializer):
     kind = serializers.CharField()
     budget = serializers.IntegerField(source="budget_id", allow_null=True)
     rule = serializers.IntegerField(source="rule_id", allow_null=True)
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team = serializers.SerializerMethodField()
     title = serializers.CharField()
     from_state = serializers.CharField()
     to_state = serializers.CharField()
@@ -315,9 +357,17 @@ class AlertEventOutput(serializers.Serializer):
     details = serializers.JSONField()
     created_at = serializers.DateTimeField()
     resolved_at = serializers.DateTimeField(allow_null=True)
-    acknowledged_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    acknowledged_by = serializers.SerializerMethodField()
     acknowledged_at = serializers.DateTimeField(allow_null=True)
     notifications = NotificationOutput(many=True, source="notifications.all")
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_team(self, event) -> str | None:
+        return event.team.slug if event.team_id else None
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_acknowledged_by(self, event) -> str | None:
+        return event.acknowledged_by.get_username() if event.acknowledged_by_id else None
 
 
 class AlertEventFilter(serializers.Serializer):

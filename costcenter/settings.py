@@ -247,6 +247,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Several models have a "kind" field; give each choice set its own schema name.
+    "ENUM_NAME_OVERRIDES": {"EndpointKindEnum": "costcenter.models.EndpointKind"},
 }
 
 # --- Logging: to stderr, where process managers collect it ------------------------------------
