@@ -13,7 +13,6 @@ from django.conf import settings
 from django.db import transaction
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import NotFound, PermissionDenied
@@ -49,9 +48,6 @@ class ReadOrManage(BasePermission):
 
 
 # --- Fields shared by budgets and rules --------------------------------------------------------------
-@extend_schema_field(
-    OpenApiTypes.ANY
-)  # a scope mapping or a list of addresses, cleaned by a shared validator
 class _Cleaned(serializers.Field):
     def __init__(self, cleaner, **kwargs):
         self.cleaner = cleaner
