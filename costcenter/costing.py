@@ -599,18 +599,22 @@ def _recompute(*, now, since, progress) -> int:
     # Hours with usage (new, or costed before) need the attempts; the rest only pool facts.
     busy = [hour for hour in hours if hour in usage_marked or hour in with_rows]
     quiet = [hour for hour in hours if hour not in usage_marked and hour not in with_rows]
+    # The marks are cleared, and the watermark moved, only after the days are rebuilt too: a run
+    # that dies half-way leaves them, and the next run redoes those hours and their days.
     for start in range(0, len(quiet), 24 * 31):
-        recompute_quiet_hours(quiet[start : start + 24 * 31], book=book, marks=marks)
+        recompute_quiet_hours(quiet[start : start + 24 * 31], book=book)
     for index, hour in enumerate(busy, start=1):
-        recompute_hour(hour, book=book, marks=marks)
+        recompute_hour(hour, book=book)
         if progress:
             progress(index, len(busy), hour)
+    for day in sorted({hour.replace(hour=0) for hour in hours}):
+        rebuild_day(day)
+    with transaction.atomic():
+        _clear_marks(marks, hours)
     last_complete = hour_floor(now)
     done = [hour for hour in hours if hour < last_complete]
     if done:
         state = RollupState.objects.filter(name=STATE).first()
         until = max(done[-1] + HOUR, state.done_until if state else done[-1] + HOUR)
         RollupState.objects.update_or_create(name=STATE, defaults={"done_until": until})
-    for day in sorted({hour.replace(hour=0) for hour in hours}):
-        rebuild_day(day)
     return len(hours)

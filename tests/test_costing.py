@@ -235,3 +235,24 @@ def test_a_price_change_marks_only_the_hours_it_can_affect():
         H + timedelta(days=1),
         H + timedelta(days=2),
     ]
+
+
+def test_a_run_that_dies_before_the_daily_rollups_keeps_its_marks(monkeypatch):
+    from costcenter import costing
+    from costcenter.models import DailyUsage
+    from ingest.models import DirtyHour
+
+    load(attempt(1))
+    real = costing.rebuild_day
+
+    def dying(day):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(costing, "rebuild_day", dying)  # a crash between the hours and the days
+    with pytest.raises(RuntimeError):
+        recompute(now=H + timedelta(hours=1))
+    assert DirtyHour.objects.filter(hour=H).exists() and not DailyUsage.objects.exists()
+    monkeypatch.setattr(costing, "rebuild_day", real)
+    recompute(now=H + timedelta(hours=1))
+    assert not DirtyHour.objects.exists()
+    assert DailyUsage.objects.get(model__name="mini").cost == rows()[0].cost
