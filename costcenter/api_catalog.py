@@ -25,7 +25,7 @@ from django.db import transaction
 from django.db.models import Avg, Count, Max, Q, Sum
 from django.db.models.functions import Trunc
 from django.http import Http404
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
 from drf_spectacular.views import SpectacularSwaggerSplitView
 from rest_framework import serializers, status
 from rest_framework.permissions import SAFE_METHODS, BasePermission
@@ -52,6 +52,8 @@ from costcenter.models import (
 
 UTC_ERRORS = {400: OpenApiResponse(ErrorOutput, description="invalid input")}
 NOT_FOUND = {404: OpenApiResponse(ErrorOutput, description="no such object, or not yours to see")}
+# Object ids in paths are non-negative (the URL converter matches digits only).
+ID = OpenApiParameter("id", {"type": "integer", "minimum": 0}, OpenApiParameter.PATH)
 
 
 class AdminWrite(BasePermission):
@@ -121,7 +123,9 @@ class TeamDetailOutput(serializers.Serializer):
 
 
 @extend_schema(
-    responses={200: TeamDetailOutput, **NOT_FOUND}, description="A team you may see, with members."
+    parameters=[OpenApiParameter("slug", str, OpenApiParameter.PATH, pattern="^[-a-zA-Z0-9_]+$")],
+    responses={200: TeamDetailOutput, **NOT_FOUND},
+    description="A team you may see, with members.",
 )
 class TeamDetailApi(APIView):
     permission_classes = [ReadScope]
@@ -195,11 +199,16 @@ def _list_schema(output, input_):
 
 def _detail_schema(output, input_, *, delete=False):
     schemas = [
-        extend_schema(methods=["GET"], responses={200: output, **NOT_FOUND}),
-        extend_schema(methods=["PATCH"], request=input_, responses={200: output, **UTC_ERRORS, **NOT_FOUND}),
+        extend_schema(methods=["GET"], parameters=[ID], responses={200: output, **NOT_FOUND}),
+        extend_schema(
+            methods=["PATCH"],
+            parameters=[ID],
+            request=input_,
+            responses={200: output, **UTC_ERRORS, **NOT_FOUND},
+        ),
     ]
     if delete:
-        schemas.append(extend_schema(methods=["DELETE"], responses={204: None, **NOT_FOUND}))
+        schemas.append(extend_schema(methods=["DELETE"], parameters=[ID], responses={204: None, **NOT_FOUND}))
     return schemas
 
 
@@ -469,7 +478,7 @@ class SourceListApi(APIView):
         return Response(SourceOutput(_sources(request.user), many=True).data)
 
 
-@extend_schema(responses={200: SourceOutput, **NOT_FOUND})
+@extend_schema(parameters=[ID], responses={200: SourceOutput, **NOT_FOUND})
 class SourceDetailApi(APIView):
     permission_classes = [OrgWideRead]
 
