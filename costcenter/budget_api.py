@@ -132,7 +132,8 @@ class _OwnedSerializer(serializers.Serializer):
 class BudgetSerializer(_OwnedSerializer):
     period = serializers.ChoiceField(choices=BudgetPeriodKind.choices, default=BudgetPeriodKind.MONTH)
     time_zone = TimeZoneField(required=False, default="UTC")
-    amount = serializers.DecimalField(**MONEY, min_value=0)
+    # numeric(30, 12) in the database: at most 18 digits before the point.
+    amount = serializers.DecimalField(max_digits=30, decimal_places=12, coerce_to_string=True, min_value=0)
     thresholds = ThresholdsField(required=False, default=svc.clean_thresholds(None))
     forecast_alert = serializers.BooleanField(required=False, default=True)
     from_catalog = serializers.BooleanField(read_only=True)
@@ -368,8 +369,8 @@ class AlertEventOutput(serializers.Serializer):
 
 class AlertEventFilter(serializers.Serializer):
     state = serializers.ChoiceField(choices=["firing", "resolved", "all"], default="all")
-    budget = serializers.IntegerField(required=False)
-    rule = serializers.IntegerField(required=False)
+    budget = serializers.IntegerField(required=False, min_value=1, max_value=2**63 - 1)
+    rule = serializers.IntegerField(required=False, min_value=1, max_value=2**63 - 1)
     limit = serializers.IntegerField(min_value=1, max_value=1000, default=200)
 
 

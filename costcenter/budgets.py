@@ -423,10 +423,14 @@ def clean_webhooks(values) -> list[dict]:
         if not isinstance(value, dict) or set(value) - {"url", "format"} or "url" not in value:
             raise ValueError("each webhook is a URL or {url: URL, format: json|slack}")
         url, fmt = str(value["url"]).strip(), value.get("format") or "json"
-        parts = urlsplit(url)
-        if parts.scheme not in {"http", "https"} or not parts.hostname:
+        try:
+            parts = urlsplit(url)
+            scheme, hostname = parts.scheme, parts.hostname
+        except ValueError:
+            scheme = hostname = None
+        if scheme not in ("http", "https") or not hostname or len(url) > 2000 or not url.isprintable():
             raise ValueError(f"{url!r} is not an http(s) URL")
-        if fmt not in {"json", "slack"}:
+        if fmt not in ("json", "slack"):
             raise ValueError(f"format {fmt!r}: must be json or slack")
         out.append({"url": url, "format": fmt})
     return out
@@ -449,6 +453,8 @@ def clean_scope(scope, *, extra: tuple[str, ...] = ()) -> dict:
         if not isinstance(values, list | tuple) or not all(isinstance(v, str | int) for v in values):
             raise ValueError(f"{dimension}: must be a value or a list of values")
         cleaned = [str(value).strip() for value in values if str(value).strip()]
+        if any("\x00" in value or len(value) > 200 for value in cleaned):
+            raise ValueError(f"{dimension}: values are names of at most 200 characters")
         if cleaned:
             out[dimension] = cleaned
     return out
