@@ -37,7 +37,8 @@ EXTENSIONS = {"csv": "csv", "json": "json", "jsonl": "jsonl", "ndjson": "ndjson"
 
 # Rows per Parquet row group and per bytes chunk of the text formats: large enough for fast
 # writes, small enough that a chunk is a few MB at most.
-PARQUET_ROW_GROUP = 65_536
+PARQUET_ROW_GROUP = 16_384
+ARROW_BATCH = 4_096
 TEXT_CHUNK_ROWS = 2_000
 
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -197,32 +198,50 @@ def _arrow_value(value, kind: str):
 
 
 def write_parquet(columns: list[Column], rows: Iterable[dict]) -> Iterator[bytes]:
-    """Parquet, one row group per ``PARQUET_ROW_GROUP`` rows, each sent as soon as it is written."""
+    """Parquet, one row group per ``PARQUET_ROW_GROUP`` rows, each sent as soon as it is written.
+
+    Rows become Arrow record batches every ``ARROW_BATCH`` rows, so at most that many rows are
+    held as Python objects; a row group waits in Arrow's compact columnar form.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = arrow_schema(columns)
     sink = _Sink()
     writer = pq.ParquetWriter(sink, schema, compression="zstd")
-    batch: dict[str, list] = {column.name: [] for column in columns}
-    size = 0
+    names = [column.name for column in columns]
+    kinds = [column.type for column in columns]
+    batch: list[list] = [[] for _ in columns]
+    batches: list = []
+    pending = 0
 
-    def flush():
-        table = pa.Table.from_pydict(batch, schema=schema)
-        writer.write_table(table, row_group_size=PARQUET_ROW_GROUP)
-        for values in batch.values():
+    def to_arrow():
+        batches.append(
+            pa.RecordBatch.from_arrays(
+                [pa.array(values, type=field.type) for values, field in zip(batch, schema, strict=True)],
+                schema=schema,
+            )
+        )
+        for values in batch:
             values.clear()
 
     for row in rows:
-        for column in columns:
-            batch[column.name].append(_arrow_value(row.get(column.name), column.type))
-        size += 1
-        if size == PARQUET_ROW_GROUP:
-            flush()
-            size = 0
+        for index, name in enumerate(names):
+            batch[index].append(_arrow_value(row.get(name), kinds[index]))
+        pending += 1
+        if pending % ARROW_BATCH == 0 or pending == PARQUET_ROW_GROUP:
+            to_arrow()
+        if pending == PARQUET_ROW_GROUP:
+            writer.write_table(
+                pa.Table.from_batches(batches, schema=schema), row_group_size=PARQUET_ROW_GROUP
+            )
+            batches.clear()
+            pending = 0
             yield sink.take()
-    if size:
-        flush()
+    if batch[0]:
+        to_arrow()
+    if batches:
+        writer.write_table(pa.Table.from_batches(batches, schema=schema), row_group_size=PARQUET_ROW_GROUP)
     writer.close()
     yield sink.take()
 

@@ -1,0 +1,237 @@
+"""Streaming a 10M-row FOCUS export: rows per second and peak memory of the serving process.
+
+    python bench/export.py [--rows 10000000] [--formats csv,parquet]
+
+Fills ``costcenter_hourlyusage`` with ``--rows`` rollup rows in SQL (30 days × 720 hours × as
+many team/workload/model/endpoint groups as needed; this benchmark is about exporting, not
+costing), then, for each format, starts a **fresh process** that requests
+``GET /api/v1/export/focus/?granularity=hour`` over the 30 days through Django's whole request
+stack (token authentication, throttling, the size-cap count, the selectors' scoped queryset, a
+server-side cursor, the FOCUS row builder and the streaming writer) and reads the streamed
+response chunk by chunk, keeping nothing. The child reports rows (counted from the output),
+bytes, seconds and its peak RSS (``ru_maxrss``), which is what a web worker would need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "costcenter.settings")
+os.environ.setdefault("COSTCENTER_HOME", str(ROOT / ".costcenter-bench"))
+os.environ.setdefault("DEBUG", "true")
+os.environ.setdefault("API_THROTTLE_RATE", "off")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection  # noqa: E402
+
+END = datetime(2026, 11, 29, tzinfo=UTC)
+START = END - timedelta(days=30)
+HOURS = 30 * 24
+TAIL = 16 * 1024 * 1024  # bytes kept from the end of a Parquet stream: its footer
+COMBOS = [
+    ("llama-3.1-70b-instruct-awq", "vllm-h100-a"),
+    ("qwen2.5-72b-instruct", "vllm-mi300x-b"),
+    ("gpt-4o-mini", "openai-gpt-4o-mini"),
+    ("gpt-4.1", "openai-gpt-4.1"),
+    ("claude-sonnet-4", "anthropic-claude-sonnet"),
+]
+
+
+def setup(rows: int) -> None:
+    """The example catalog, enough teams and workloads for ``rows`` rows, and the rollup rows."""
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from costcenter.catalog import catalog_load
+    from costcenter.models import Endpoint, HourlyUsage, LlmModel, Team, UserProfile, Workload
+
+    call_command("migrate", verbosity=0)
+    catalog_load((ROOT / "examples" / "catalog.yaml").read_text())
+    groups_per_hour = -(-rows // HOURS)
+    workloads = 20
+    teams = -(-groups_per_hour // (workloads * len(COMBOS)))
+    Team.objects.bulk_create(
+        [Team(slug=f"bench-team-{n:04d}", name=f"Bench team {n}") for n in range(teams)],
+        ignore_conflicts=True,
+    )
+    Workload.objects.bulk_create(
+        [Workload(name=f"bench-{n:02d}") for n in range(workloads)], ignore_conflicts=True
+    )
+    team_ids = list(
+        Team.objects.filter(slug__startswith="bench-team-").order_by("pk").values_list("pk", flat=True)
+    )
+    workload_ids = list(
+        Workload.objects.filter(name__startswith="bench-").order_by("pk").values_list("pk", flat=True)
+    )
+    pairs = [
+        (LlmModel.objects.get(name=m, version="").pk, Endpoint.objects.get(name=e).pk) for m, e in COMBOS
+    ]
+    user, _ = get_user_model().objects.get_or_create(username="bench-viewer")
+    UserProfile.objects.update_or_create(user=user, defaults={"org_role": "viewer"})
+
+    existing = HourlyUsage.objects.filter(hour__gte=START, hour__lt=END).count()
+    if existing == rows:
+        print(f"reusing {existing:,} hourly rollup rows")
+        return
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE costcenter_hourlyusage, costcenter_dailyusage, costcenter_poolhour")
+        columns = [field.column for field in HourlyUsage._meta.concrete_fields if field.column != "id"]
+        # Values per column, in SQL over (h = hour number, g = group number); unknown columns fail loudly.
+        values = {
+            "hour": "%(start)s::timestamptz + h * interval '1 hour'",
+            "team_id": "(%(teams)s::int[])[1 + (g / %(per_team)s) %% %(team_count)s]",
+            "workload_id": "(%(workloads)s::int[])[1 + (g / %(pairs)s) %% %(workload_count)s]",
+            "model_id": "(%(models)s::int[])[1 + g %% %(pairs)s]",
+            "endpoint_id": "(%(endpoints)s::int[])[1 + g %% %(pairs)s]",
+            "attempts": "130 + g %% 7",
+            "successful_attempts": "125 + g %% 5",
+            "tasks": "100",
+            "successful_tasks": "96",
+            "prompt_tokens": "120000 + g",
+            "completion_tokens": "20000 + h",
+            "cached_tokens": "1000",
+            "reasoning_tokens": "0",
+            "cost": "round((0.01 + (g %% 100) * 0.000173 + h * 0.0000001)::numeric, 12)",
+            "idle_cost": "NULL",
+            "unpriced_attempts": "0",
+            "unpriced_tokens": "0",
+            "latency_histogram": "'{}'::bigint[]",
+            "ttft_histogram": "'{}'::bigint[]",
+            "output_tps_histogram": "'{}'::bigint[]",
+            "token_price_ids": "'{}'::int[]",
+            "gpu_hour_price_id": "NULL",
+            "weighted_tokens": "0",
+        }
+        unknown = [column for column in columns if column not in values]
+        if unknown:
+            raise SystemExit(f"bench/export.py does not know how to fill {unknown}")
+        cursor.execute(
+            f"INSERT INTO costcenter_hourlyusage ({', '.join(columns)}) "  # noqa: S608 - constants
+            f"SELECT {', '.join(values[c] for c in columns)} "
+            "FROM generate_series(0, %(hours)s - 1) h CROSS JOIN generate_series(0, %(groups)s - 1) g "
+            "WHERE h * %(groups)s + g < %(rows)s",
+            {
+                "start": START,
+                "teams": team_ids,
+                "team_count": len(team_ids),
+                "per_team": workloads * len(pairs),
+                "workloads": workload_ids,
+                "workload_count": len(workload_ids),
+                "models": [m for m, _ in pairs],
+                "endpoints": [e for _, e in pairs],
+                "pairs": len(pairs),
+                "hours": HOURS,
+                "groups": groups_per_hour,
+                "rows": rows,
+            },
+        )
+        cursor.execute("ANALYZE costcenter_hourlyusage")
+    print(f"filled {rows:,} hourly rollup rows in {time.perf_counter() - started:.0f} s")
+
+
+def export_child(fmt: str) -> None:
+    """In a fresh process: request the export and read it chunk by chunk; print the figures as JSON."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from costcenter.tokens import api_token_create
+
+    user = get_user_model().objects.get(username="bench-viewer")
+    _, token = api_token_create(user=user, scope="read", name="bench")
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    response = Client(HTTP_HOST="localhost").get(
+        "/api/v1/export/focus/",
+        {"start": START.isoformat(), "end": END.isoformat(), "granularity": "hour", "format": fmt},
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert response.status_code == 200, response.content[:500]
+    size = lines = 0
+    first_byte = None
+    tail: collections.deque[bytes] = collections.deque()
+    kept = 0
+    for chunk in response.streaming_content:
+        if first_byte is None:
+            first_byte = time.perf_counter() - started
+        size += len(chunk)
+        if fmt != "parquet":
+            lines += chunk.count(b"\n")
+        if fmt == "parquet":  # keep only the last chunks: the footer is at the end
+            tail.append(chunk)
+            kept += len(chunk)
+            while kept - len(tail[0]) >= TAIL:
+                kept -= len(tail.popleft())
+    seconds = time.perf_counter() - started
+    if fmt == "csv":
+        rows = lines - 1  # the header; no cell holds a line break here
+    elif fmt == "parquet":
+        import io
+
+        import pyarrow.parquet as pq
+
+        rows = pq.read_metadata(
+            io.BytesIO(b"".join(tail))
+        ).num_rows  # the footer: row count of every row group
+    else:
+        rows = lines
+    print(
+        json.dumps(
+            {
+                "format": fmt,
+                "rows": rows,
+                "bytes": size,
+                "seconds": seconds,
+                "first_byte_seconds": first_byte,
+                "rss_before_mb": rss_before / 1024,
+                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--formats", default="csv,parquet")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        export_child(args.child)
+        return
+    setup(args.rows)
+    print("| format | rows | MB | seconds | rows/s | first byte | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for fmt in args.formats.split(","):
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", fmt],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=os.environ,
+        )
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        rows = result["rows"]
+        print(
+            f"| {fmt} | {rows:,} | {result['bytes'] / 1e6:,.0f} | {result['seconds']:.0f} | "
+            f"{rows / result['seconds']:,.0f} | {result['first_byte_seconds']:.1f} s | {result['peak_rss_mb']:.0f} MB |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
