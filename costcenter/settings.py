@@ -220,6 +220,10 @@ RAW_RETENTION_MONTHS = env_int("RAW_RETENTION_MONTHS", 13, minimum=1)
 # Largest body POST /api/v1/usage/ and /v1/traces accept, before and after decompression.
 INGEST_MAX_BODY_BYTES = env_int("INGEST_MAX_BODY_BYTES", 32 * 1024 * 1024, minimum=1)
 
+# --- Alerts: links in e-mails and webhooks, webhook delivery ---------------------------------
+SITE_URL = (env_str("SITE_URL", "http://localhost:8000") or "").rstrip("/")
+WEBHOOK_TIMEOUT = env_int("WEBHOOK_TIMEOUT", 10, minimum=1)
+
 # --- Prometheus ------------------------------------------------------------------------------
 PROMETHEUS_URL = env_str("PROMETHEUS_URL")
 
