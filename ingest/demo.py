@@ -1210,3 +1210,151 @@ def _span_without_usage(item: Malformed) -> tuple[int, str, str]:
         ],
         status={"code": 1},
     )
+
+
+# --- GPU metrics (OpenMetrics, for the GPU fleet page and idle cost) ------------------------------
+# The two self-run pools' GPUs as their exporters would report them, scraped every 30 minutes:
+# NVIDIA dcgm-exporter on the H100 nodes (label ``Hostname``, matched by the catalog's
+# ``gpu-node-a.*``) and the AMD device-metrics-exporter on the MI300X nodes (``hostname``,
+# ``gpu-node-b.*``), plus one spare NVIDIA node that matches no pool (ingestion health shows it).
+# Utilisation follows the simulated traffic: each hour's weighted tokens on the pool's endpoint
+# over the pool's capacity, with per-GPU and per-sample noise; power follows utilisation; energy
+# counters integrate power. The H100 pool runs at roughly half load, the MI300X pool is under-used.
+
+METRICS_SCRAPE_S = 1800
+METRICS_FILE = Path("metrics") / "gpus.openmetrics.txt"
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    hostname: str
+    vendor: str  # nvidia | amd
+    endpoint: str  # the pool's endpoint whose traffic drives utilisation ("" = none)
+    gpus: int
+    model_name: str
+    memory_total_mib: int
+    idle_w: float
+    max_w: float
+    # Weighted tokens per hour (prompt + completion × the pool's output weight) at full load, per
+    # attempt per day of the demo's traffic knob, so utilisation does not depend on the scale.
+    capacity_per_daily_attempt: float
+
+
+GPU_NODES: tuple[GpuNode, ...] = (
+    GpuNode("gpu-node-a1", "nvidia", "vllm-h100-a", 4, "NVIDIA H100 80GB HBM3", 81559, 70, 700, 45),
+    GpuNode("gpu-node-a2", "nvidia", "vllm-h100-a", 4, "NVIDIA H100 80GB HBM3", 81559, 70, 700, 45),
+    GpuNode("gpu-node-b1", "amd", "vllm-mi300x-b", 4, "AMD Instinct MI300X OAM", 196592, 130, 750, 110),
+    GpuNode("gpu-node-b2", "amd", "vllm-mi300x-b", 4, "AMD Instinct MI300X OAM", 196592, 130, 750, 110),
+    # A node nobody added to a pool: its series match no pool's matchers.
+    GpuNode("gpu-node-c1", "nvidia", "", 1, "NVIDIA H100 80GB HBM3", 81559, 70, 700, 45),
+)
+_OUTPUT_WEIGHT = {"vllm-mi300x-b": 3}  # as examples/catalog.yaml weighs the MI300X pool's output
+
+
+def pool_load(plan: Plan) -> dict[tuple[str, datetime], float]:
+    """Weighted tokens per (endpoint, hour) of the plan's self-run attempts."""
+    load: dict[tuple[str, datetime], float] = defaultdict(float)
+    for a in plan.attempts:
+        if a.gpu_pool:
+            weight = a.prompt_tokens + a.completion_tokens * _OUTPUT_WEIGHT.get(a.endpoint, 1)
+            load[(a.endpoint, _hour_of(a.ts))] += weight
+    return load
+
+
+def _gpu_labels(node: GpuNode, index: int, seed: int) -> str:
+    digest = hashlib.sha256(f"{seed}/{node.hostname}/{index}".encode()).hexdigest()
+    if node.vendor == "nvidia":
+        uuid = f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+        return f'gpu="{index}",UUID="{uuid}",modelName="{node.model_name}",Hostname="{node.hostname}"'
+    return (
+        f'card_series="{node.model_name}",gpu_id="{index}",gpu_partition_id="0",'
+        f'hostname="{node.hostname}",serial_number="{digest[:16].upper()}"'
+    )
+
+
+def gpu_metrics_text(plan: Plan) -> str:
+    """The OpenMetrics exposition (seconds timestamps, ``# EOF``) of every demo GPU over the plan.
+
+    Utilisation, power and energy are scraped every ``METRICS_SCRAPE_S`` seconds (mid-interval,
+    so each hour's window holds its own samples); memory, which vLLM preallocates, once an hour.
+    Samples are grouped per series in time order, as a Prometheus backfill file is.
+    """
+    load = pool_load(plan)
+    capacity_scale = plan_attempts_per_day(plan)
+    # family → series labels → sample lines ("value timestamp")
+    samples: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    energy: dict[tuple[str, int], float] = {}
+    scrapes = 3600 // METRICS_SCRAPE_S
+    for hour in _hours(plan.start, plan.now):
+        rng = random.Random(f"{plan.seed}/gpu/{hour.isoformat()}")
+        for node in GPU_NODES:
+            capacity = node.capacity_per_daily_attempt * capacity_scale
+            busy = min(1.0, load.get((node.endpoint, hour), 0.0) / capacity) if node.endpoint else 0.0
+            nvidia = node.vendor == "nvidia"
+            for index in range(node.gpus):
+                labels = _gpu_labels(node, index, plan.seed)
+                offset = rng.uniform(-0.06, 0.06)
+                key = (node.hostname, index)
+                # Counters since driver load: a per-GPU starting value, then the integral of power.
+                counter = energy.get(key, 5e8 + 1e7 * index)
+                for step in range(scrapes):
+                    stamp = f"{hour.timestamp() + (step + 0.5) * METRICS_SCRAPE_S:.1f}"
+                    util = min(0.99, max(0.01, 0.03 + 0.9 * busy + offset + rng.gauss(0, 0.03)))
+                    power = node.idle_w + (node.max_w - node.idle_w) * util * rng.uniform(0.95, 1.05)
+                    counter += power * METRICS_SCRAPE_S  # joules
+                    if nvidia:
+                        samples["DCGM_FI_DEV_GPU_UTIL"][labels].append(f"{util * 100:.0f} {stamp}")
+                        samples["DCGM_FI_DEV_POWER_USAGE"][labels].append(f"{power:.3f} {stamp}")
+                        energy_mj = f"{counter * 1000:.0f} {stamp}"
+                        samples["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][labels].append(energy_mj)
+                    else:
+                        samples["gpu_gfx_activity"][labels].append(f"{util * 100:.0f} {stamp}")
+                        samples["gpu_package_power"][labels].append(f"{power:.0f} {stamp}")
+                        samples["gpu_energy_consumed"][labels].append(f"{counter * 1e6:.0f} {stamp}")  # µJ
+                energy[key] = counter
+                used = node.memory_total_mib * (0.9 if node.endpoint else 0.01) + rng.uniform(0, 300)
+                stamp = f"{hour.timestamp() + 1800:.1f}"
+                if nvidia:
+                    samples["DCGM_FI_DEV_FB_USED"][labels].append(f"{used:.0f} {stamp}")
+                    samples["DCGM_FI_DEV_FB_FREE"][labels].append(
+                        f"{node.memory_total_mib - used:.0f} {stamp}"
+                    )
+                else:
+                    samples["gpu_used_vram"][labels].append(f"{used:.0f} {stamp}")
+                    samples["gpu_total_vram"][labels].append(f"{node.memory_total_mib} {stamp}")
+    # dcgm-exporter's energy counter has no _total suffix, which the strict OpenMetrics parser
+    # refuses: first, so the importer falls back to the tolerant parser at once.
+    families = {
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("counter", "Total energy consumption since boot (in mJ)."),
+        "DCGM_FI_DEV_GPU_UTIL": ("gauge", "GPU utilization (in %)."),
+        "DCGM_FI_DEV_POWER_USAGE": ("gauge", "Power draw (in W)."),
+        "DCGM_FI_DEV_FB_USED": ("gauge", "Framebuffer memory used (in MiB)."),
+        "DCGM_FI_DEV_FB_FREE": ("gauge", "Framebuffer memory free (in MiB)."),
+        "gpu_gfx_activity": ("gauge", "Graphics engine usage in Percentage (0-100)"),
+        "gpu_package_power": ("gauge", "Current socket power in Watts"),
+        "gpu_energy_consumed": ("gauge", "Accumulated energy consumed by the GPU in uJ"),
+        "gpu_used_vram": ("gauge", "Used VRAM in MB"),
+        "gpu_total_vram": ("gauge", "Total VRAM available in MB"),
+    }
+    out = []
+    for name, (kind, help_text) in families.items():
+        if not samples[name]:
+            continue
+        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
+        for labels, lines in samples[name].items():
+            prefix = f"{name}{{{labels}}} "
+            out.extend(prefix + line + "\n" for line in lines)
+    out.append("# EOF\n")
+    return "".join(out)
+
+
+def plan_attempts_per_day(plan: Plan) -> float:
+    """The traffic knob the plan was made with, from its own size (the plan does not keep it)."""
+    return max(1.0, len(plan.attempts) / plan.days / RETRY_OVERHEAD)
+
+
+def write_gpu_metrics(plan: Plan, directory: Path) -> Path:
+    """Write the GPU metrics of ``plan`` under ``directory``; unchanged bytes are left alone."""
+    path = Path(directory) / METRICS_FILE
+    _write_file(path, gpu_metrics_text(plan).encode("utf-8"))
+    return path

@@ -375,3 +375,69 @@ def test_no_ingest_only_writes_files(tmp_path, no_attempts):
     assert "not ingested" in output
     assert list((tmp_path / "canonical").glob("usage-*.jsonl"))
     assert Attempt.objects.count() == 0 and not Pool.objects.exists()
+
+
+# --- GPU metrics ---------------------------------------------------------------------------------
+
+
+def test_gpu_metrics_follow_the_traffic_and_parse_as_exporters_write_them(small, tmp_path):
+    from ingest.openmetrics_import import ImportResult, _read_text, load_series
+
+    plan, _ = small
+    path = demo.write_gpu_metrics(plan, tmp_path)
+    text = path.read_text()
+    assert text.endswith("# EOF\n")
+    assert 'Hostname="gpu-node-a1"' in text and 'hostname="gpu-node-b2"' in text
+    wanted = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "gpu_gfx_activity"}
+    series = load_series(_read_text(path), wanted, ImportResult())
+    # 8 H100 GPUs + the spare node's one; 8 MI300X GPUs; every hour of the window, 2 scrapes an hour.
+    assert len(series["DCGM_FI_DEV_GPU_UTIL"]) == 9 and len(series["gpu_gfx_activity"]) == 8
+    assert all(len(s.times) == DAYS * 24 * 2 for s in series["gpu_gfx_activity"])
+    # Energy counters only grow.
+    for counter in series["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]:
+        assert counter.values == sorted(counter.values)
+    # Utilisation follows the H100 pool's traffic: busy hours run hotter than quiet ones.
+    load = demo.pool_load(plan)
+    gpu0 = next(s for s in series["DCGM_FI_DEV_GPU_UTIL"] if s.labels["Hostname"] == "gpu-node-a1")
+    by_hour = defaultdict(list)
+    for stamp, value in zip(gpu0.times, gpu0.values, strict=True):
+        by_hour[datetime.fromtimestamp(stamp, UTC).replace(minute=0, second=0)].append(value)
+    ranked = sorted(by_hour, key=lambda hour: load.get(("vllm-h100-a", hour), 0))
+    quiet = sum(sum(by_hour[h]) for h in ranked[:12]) / 24
+    busy = sum(sum(by_hour[h]) for h in ranked[-12:]) / 24
+    assert busy > quiet + 20  # percentage points
+    # The same plan gives the same bytes.
+    assert demo.gpu_metrics_text(plan) == text
+
+
+@pytest.mark.django_db
+def test_demo_command_imports_gpu_metrics_so_pools_have_utilisation_and_idle_cost(tmp_path, no_attempts):
+    from costcenter.costing import recompute
+    from costcenter.models import PoolHour
+    from ingest.models import GpuInterval, PrometheusSource, UnmatchedSeries
+
+    output = run_demo(tmp_path)
+    assert "gpu metrics" in output and "1 GPU(s) matching no pool" in output
+    source = PrometheusSource.objects.get(name="demo-metrics")
+    assert not source.enabled  # an import, not a server to pull from
+    assert GpuInterval.objects.filter(pool__name="h100-a").values("gpu").distinct().count() == 8
+    assert GpuInterval.objects.filter(pool__name="mi300x-b").values("gpu").distinct().count() == 8
+    assert UnmatchedSeries.objects.get().labels["Hostname"] == "gpu-node-c1"
+    recompute(now=NOW)
+    hours = PoolHour.objects.filter(hour__gte=NOW - timedelta(days=2), hour__lt=NOW)
+    assert hours.count() == 2 * 48
+    assert all(h.mean_utilisation is not None and h.energy_kwh > 0 and h.idle_cost > 0 for h in hours)
+    h100 = [float(h.mean_utilisation) for h in hours if h.pool.name == "h100-a"]
+    mi300 = [float(h.mean_utilisation) for h in hours if h.pool.name == "mi300x-b"]
+    assert sum(mi300) / len(mi300) < 0.4 < sum(h100) / len(h100)  # the MI300X pool is under-used
+    # Re-running writes the same file and rewrites the same intervals.
+    rows = GpuInterval.objects.count()
+    run_demo(tmp_path)
+    assert GpuInterval.objects.count() == rows
+
+
+@pytest.mark.django_db
+def test_no_ingest_writes_the_gpu_metrics_file_too(tmp_path, no_attempts):
+    output = run_demo(tmp_path, NOW, 1, 50, "--no-ingest")
+    assert (tmp_path / "metrics" / "gpus.openmetrics.txt").exists()
+    assert "import_openmetrics" in output

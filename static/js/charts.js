@@ -11,9 +11,24 @@
       Plotly.newPlot(el, figure.data, figure.layout, {responsive: true, displaylogo: false});
     });
   }
-  if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", draw);
-  } else {
+  // Period pickers: editing a date switches the picker to "Custom" (the server does the same
+  // when the dates differ from the preset, so the form also works without JavaScript).
+  function wirePeriodPickers() {
+    document.querySelectorAll(".period-picker").forEach(function (picker) {
+      var select = picker.querySelector("[data-period-select]");
+      if (!select) { return; }
+      picker.querySelectorAll("input[type=date]").forEach(function (input) {
+        input.addEventListener("change", function () { select.value = "custom"; });
+      });
+    });
+  }
+  function start() {
+    wirePeriodPickers();
     draw();
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
   }
 })();

@@ -2,7 +2,10 @@
 
 Fills the installation with a month of realistic usage (see ``ingest.demo``): loads the example
 catalog when the catalog is empty, writes the usage files in the real formats, and ingests each
-with the ordinary writer under the source ``demo``.
+with the ordinary writer under the source ``demo``. It also writes the GPU pools' metrics as an
+OpenMetrics file (dcgm-exporter and AMD exporter series, utilisation following the traffic) and
+imports it like ``import_openmetrics`` does, under the Prometheus source ``demo-metrics``, so the
+GPU fleet page and idle cost have data.
 
 Re-running is safe. Every hour's traffic is generated from (seed, hour), so a re-run in the same
 hour writes identical files (nothing is added), and a later re-run adds only the hours since the
@@ -24,6 +27,7 @@ from ingest.services import IngestResult, ingest_path, source_for
 
 EXAMPLE_CATALOG = Path(settings.BASE_DIR) / "examples" / "catalog.yaml"
 SOURCE_NAME = "demo"
+METRICS_SOURCE_NAME = "demo-metrics"
 
 
 def _moment(text: str) -> datetime:
@@ -87,14 +91,20 @@ class Command(BaseCommand):
             f"of {tasks:,} tasks in {len(manifest)} files under {directory} "
             f"({time.monotonic() - started:.1f}s)"
         )
+        try:
+            metrics = demo.write_gpu_metrics(plan, directory)
+        except OSError as exc:
+            raise CommandError(f"{directory}: cannot write the demo GPU metrics: {exc}") from None
         if no_ingest:
             self.stdout.write(
                 "not ingested (--no-ingest). The OpenAI batch files need their defaults "
                 "(--team research --workload eval-batch --endpoint openai-gpt-4o-mini --default-ts "
-                "<completed_at>), which `manage.py demo` passes itself."
+                "<completed_at>), which `manage.py demo` passes itself. GPU metrics: "
+                f"python manage.py import_openmetrics {metrics} --source {METRICS_SOURCE_NAME}"
             )
             return
         self._ingest(manifest, directory)
+        self._import_metrics(metrics, directory)
 
     def _ensure_catalog(self) -> None:
         from costcenter.catalog import CatalogError, catalog_load
@@ -152,3 +162,14 @@ class Command(BaseCommand):
             self.stdout.write("nothing new: every demo attempt was already ingested")
         else:
             self.stdout.write(f"added {total.accepted:,} attempts")
+
+    def _import_metrics(self, path: Path, directory: Path) -> None:
+        from ingest.openmetrics_import import import_openmetrics, import_source
+
+        started = time.monotonic()
+        result = import_openmetrics(path, source=import_source(METRICS_SOURCE_NAME))
+        self.stdout.write(
+            f"  gpu metrics  {path.relative_to(directory)}  {result.samples:,} samples, {result.rows:,} GPU-intervals "
+            f"in {result.windows:,} hour(s), {result.unmatched_gpus} GPU(s) matching no pool "
+            f"({time.monotonic() - started:.1f}s, source {METRICS_SOURCE_NAME!r})"
+        )
