@@ -251,7 +251,9 @@ def explorer(request):
 @login_required
 def models_hardware(request):
     now = timezone.now()
-    period, problem = dashboards.period_or_default(request.GET, now=now)
+    # Seven days by default: the matrix reads hourly rollups with their histograms (see
+    # docs/benchmarks.md, "Dashboard pages"), so a month costs about five times a week.
+    period, problem = dashboards.period_or_default(request.GET, now=now, default="7d")
     dashboards.parse_filters(request.GET, user=request.user, dimensions=("team",))  # hidden team: 404
     workloads = list(Workload.objects.order_by("name").values_list("name", flat=True))
     workload = request.GET.get("workload") or None
