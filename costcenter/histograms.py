@@ -24,9 +24,11 @@ class Scale:
 
     def sql_bucket(self, expression: str) -> str:
         """SQL computing the bucket of ``expression`` (NULL stays NULL; keep in step with ``bucket``)."""
+        # NULL first: Postgres' LEAST ignores NULLs, so LEAST(95, NULL) would be 95 and every
+        # attempt without the measurement would land in the last bucket.
         return (
-            f"CASE WHEN ({expression}) < {self.base} THEN 0 ELSE LEAST({BUCKETS - 1}, "
-            f"floor(ln(({expression})::float8 / {self.base}) / ln({RATIO}))::int + 1) END"
+            f"CASE WHEN ({expression}) IS NULL THEN NULL WHEN ({expression}) < {self.base} THEN 0 "
+            f"ELSE LEAST({BUCKETS - 1}, floor(ln(({expression})::float8 / {self.base}) / ln({RATIO}))::int + 1) END"
         )
 
     def bucket(self, value: float) -> int:

@@ -256,3 +256,19 @@ def test_a_run_that_dies_before_the_daily_rollups_keeps_its_marks(monkeypatch):
     recompute(now=H + timedelta(hours=1))
     assert not DirtyHour.objects.exists()
     assert DailyUsage.objects.get(model__name="mini").cost == rows()[0].cost
+
+
+def test_attempts_without_a_timing_stay_out_of_the_histograms():
+    from costcenter import histograms
+
+    # A failure without TTFT or latency, and a success at 812 ms latency / 95 ms TTFT.
+    load(
+        attempt(1, status="failure", latency_ms=None, ttft_ms=None, completion_tokens=0),
+        attempt(2, latency_ms=812, ttft_ms=95),
+    )
+    recompute_hour(H)
+    (row,) = rows()
+    assert sum(row.latency_histogram) == 1 and sum(row.ttft_histogram) == 1
+    assert row.latency_histogram[histograms.LATENCY_MS.bucket(812)] == 1
+    p95 = histograms.percentile(row.ttft_histogram, 0.95, histograms.TTFT_MS)
+    assert abs(p95 - 95) / 95 <= histograms.MAX_RELATIVE_ERROR
