@@ -41,6 +41,7 @@ from django.db import connection
 from costcenter import histograms
 from costcenter.cost_change import FLAT_COST_SQL, OUTPUT_COST_SQL, ROW_JOINS, scoped_hourly_sql
 from costcenter.money import TOKENS_PER_PRICE_UNIT
+from costcenter.selectors import CostQuery, usage_queryset
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,13 @@ def _histogram_sql(table: str) -> str:
     return " UNION ALL ".join(parts)
 
 
+def _scoped_histograms_sql(*, user, start: datetime, end: datetime, filters) -> tuple[str, list]:
+    rows, _ = usage_queryset(user=user, query=CostQuery(start, end, (), "day", tuple(filters)))
+    columns = ("model_id", "endpoint_id", "latency_histogram", "ttft_histogram", "output_tps_histogram")
+    sql, params = rows.values(*columns).query.sql_with_params()
+    return f"({sql}) h", list(params)
+
+
 def _per_mtok(cost: Decimal | None, tokens: int | None) -> Decimal | None:
     if cost is None or not tokens:
         return None
@@ -139,10 +147,15 @@ def evaluation_matrix(*, user, workload: str | None, start: datetime, end: datet
     """Per model × pool (or token-priced endpoint) for a workload (None: all) over [start, end)."""
     filters = (("workload", (workload,)),) if workload is not None else ()
     table, params = scoped_hourly_sql(user=user, start=start, end=end, filters=filters)
+    # Histograms add up over any bucket size: whole-day ranges read the daily rollups (24× fewer
+    # rows to unnest), with the same scoping.
+    histogram_table, histogram_params = _scoped_histograms_sql(
+        user=user, start=start, end=end, filters=filters
+    )
     with connection.cursor() as cursor:
         cursor.execute(_row_sql(table), params)
         facts = cursor.fetchall()
-        cursor.execute(_histogram_sql(table), params * 3)
+        cursor.execute(_histogram_sql(histogram_table), histogram_params * 3)
         buckets = cursor.fetchall()
     counts: dict[tuple, dict[str, list[int]]] = {}
     for *key, metric, index, count in buckets:
