@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI files served by us: /api/docs/ works offline, no CDN
     "costcenter",
     "ingest",
 ]
@@ -220,6 +221,11 @@ RAW_RETENTION_MONTHS = env_int("RAW_RETENTION_MONTHS", 13, minimum=1)
 # Largest body POST /api/v1/usage/ and /v1/traces accept, before and after decompression.
 INGEST_MAX_BODY_BYTES = env_int("INGEST_MAX_BODY_BYTES", 32 * 1024 * 1024, minimum=1)
 
+# --- Exports ---------------------------------------------------------------------------------
+EXPORT_MAX_ROWS = env_int("EXPORT_MAX_ROWS", 25_000_000, minimum=1)
+FOCUS_BILLING_ACCOUNT_ID = env_str("FOCUS_BILLING_ACCOUNT_ID", "costcenter")
+FOCUS_BILLING_ACCOUNT_NAME = env_str("FOCUS_BILLING_ACCOUNT_NAME", "CostCenter")
+
 # --- Alerts: links in e-mails and webhooks, webhook delivery ---------------------------------
 SITE_URL = (env_str("SITE_URL", "http://localhost:8000") or "").rstrip("/")
 WEBHOOK_TIMEOUT = env_int("WEBHOOK_TIMEOUT", 10, minimum=1)
@@ -251,6 +257,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Several models have a "kind" field; give each choice set its own schema name.
     "ENUM_NAME_OVERRIDES": {"EndpointKindEnum": "costcenter.models.EndpointKind"},
 }
