@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 
+from costcenter.models import ROLLUP_SUM_FIELDS
+
 FORMATS = ("csv", "json", "jsonl", "ndjson", "parquet")
 CONTENT_TYPES = {
     "csv": "text/csv; charset=utf-8",
@@ -258,20 +260,7 @@ WRITERS = {
 # --- Cost rows, streamed --------------------------------------------------------------------------
 # The same rows as ``selectors.cost_rows`` (tests/test_export.py pins them equal for every
 # grouping), read with a server-side cursor instead of a list, so an export of any size streams.
-COST_SUMS = (
-    "attempts",
-    "successful_attempts",
-    "tasks",
-    "successful_tasks",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "reasoning_tokens",
-    "unpriced_attempts",
-    "unpriced_tokens",
-    "cost",
-    "idle_cost",
-)
+COST_SUMS = (*ROLLUP_SUM_FIELDS, "cost", "idle_cost")
 CHUNK_SIZE = 5_000
 
 
