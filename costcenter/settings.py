@@ -33,6 +33,7 @@ def _home_dir(path: Path) -> Path:
         ) from None
     return path
 
+
 # --- Core ------------------------------------------------------------------------------------
 DEBUG = env_bool("DEBUG", False)
 
