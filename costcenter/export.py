@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from costcenter.models import ROLLUP_SUM_FIELDS
-
 FORMATS = ("csv", "json", "jsonl", "ndjson", "parquet")
 CONTENT_TYPES = {
     "csv": "text/csv; charset=utf-8",
@@ -260,42 +258,21 @@ WRITERS = {
 # --- Cost rows, streamed --------------------------------------------------------------------------
 # The same rows as ``selectors.cost_rows`` (tests/test_export.py pins them equal for every
 # grouping), read with a server-side cursor instead of a list, so an export of any size streams.
-COST_SUMS = (*ROLLUP_SUM_FIELDS, "cost", "idle_cost")
 CHUNK_SIZE = 5_000
 
 
 def cost_row_queryset(*, user, query):
-    """The grouped rollup rows of ``query`` (scoped by ``selectors.usage_queryset``), as values()."""
-    from django.db.models import Sum
-    from django.db.models.functions import Trunc
-
+    """The grouped rollup rows of ``query`` (``selectors.grouped_cost_queryset``), for the size cap."""
     from costcenter import selectors
 
-    rows, time_field = selectors.usage_queryset(user=user, query=query)
-    keys = [selectors.GROUP_FIELDS[dimension] for dimension in query.group_by]
-    if query.granularity != "total":
-        rows = rows.annotate(period=Trunc(time_field, query.granularity, tzinfo=UTC))
-        keys.append("period")
-    if not keys:
-        return None
-    sums = {name: Sum(name) for name in COST_SUMS}
-    return rows.values(*keys).annotate(**sums).order_by(*keys)
+    return selectors.grouped_cost_queryset(user=user, query=query)
 
 
 def cost_rows_stream(*, user, query) -> Iterator[dict]:
     """``selectors.cost_rows`` as an iterator over a server-side cursor (constant memory)."""
     from costcenter import selectors
 
-    grouped = cost_row_queryset(user=user, query=query)
-    if grouped is None:  # one total row: nothing to stream
-        yield from selectors.cost_rows(user=user, query=query)
-        return
-    for row in grouped.iterator(chunk_size=CHUNK_SIZE):
-        out = {dimension: row[selectors.GROUP_FIELDS[dimension]] for dimension in query.group_by}
-        if query.granularity != "total":
-            out["period"] = row["period"]
-        out.update({name: row[name] for name in COST_SUMS})
-        yield selectors.with_ratios(out)
+    return selectors.iter_cost_rows(user=user, query=query, chunk_size=CHUNK_SIZE)
 
 
 def stream(fmt: str, columns: list[Column], rows: Iterable[dict]) -> Iterator[bytes]:

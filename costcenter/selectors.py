@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -191,12 +192,9 @@ def usage_queryset(*, user, query: CostQuery):
     return rows, time_field
 
 
-def cost_rows(*, user, query: CostQuery) -> list[dict]:
-    """Cost rows of the API contract: group keys, ``period`` (unless total), sums and ratios.
-
-    ``cost`` is the known cost of the group's attempts (null when none is priced);
-    ``cost_complete`` is false when some attempts are unpriced. Ratios are null where undefined.
-    """
+def grouped_cost_queryset(*, user, query: CostQuery):
+    """The grouped rollup sums of ``query`` as a values() queryset; None for one ungrouped total
+    (values() without fields would group by every column)."""
     from django.db.models import Sum
     from django.db.models.functions import Trunc
 
@@ -205,22 +203,38 @@ def cost_rows(*, user, query: CostQuery) -> list[dict]:
     if query.granularity != "total":
         rows = rows.annotate(period=Trunc(time_field, query.granularity, tzinfo=UTC))
         keys.append("period")
-    sums = {name: Sum(name) for name in _SUMS}
-    if not keys:  # one row for the whole range (values() without fields would group by every column)
-        total = rows.aggregate(**sums)
-        if total["attempts"] is None:
-            return []
-        aggregated = [total]
+    if not keys:
+        return None
+    return rows.values(*keys).annotate(**{name: Sum(name) for name in _SUMS}).order_by(*keys)
+
+
+def iter_cost_rows(*, user, query: CostQuery, chunk_size: int | None = None) -> Iterator[dict]:
+    """The rows of ``cost_rows`` one by one; with ``chunk_size`` read through a server-side
+    cursor, so an export of any size streams in constant memory."""
+    from django.db.models import Sum
+
+    grouped = grouped_cost_queryset(user=user, query=query)
+    if grouped is None:
+        rows, _ = usage_queryset(user=user, query=query)
+        total = rows.aggregate(**{name: Sum(name) for name in _SUMS})
+        aggregated = [total] if total["attempts"] is not None else []
     else:
-        aggregated = rows.values(*keys).annotate(**sums).order_by(*keys)
-    result = []
+        aggregated = grouped.iterator(chunk_size=chunk_size) if chunk_size else grouped
     for row in aggregated:
         out = {dimension: row[GROUP_FIELDS[dimension]] for dimension in query.group_by}
         if query.granularity != "total":
             out["period"] = row["period"]
         out.update({name: row[name] for name in _SUMS})
-        result.append(with_ratios(out))
-    return result
+        yield with_ratios(out)
+
+
+def cost_rows(*, user, query: CostQuery) -> list[dict]:
+    """Cost rows of the API contract: group keys, ``period`` (unless total), sums and ratios.
+
+    ``cost`` is the known cost of the group's attempts (null when none is priced);
+    ``cost_complete`` is false when some attempts are unpriced. Ratios are null where undefined.
+    """
+    return list(iter_cost_rows(user=user, query=query))
 
 
 def with_ratios(row: dict) -> dict:
