@@ -8,12 +8,44 @@ from __future__ import annotations
 
 import os
 
-from celery import Celery
+from celery import Celery, Task
 from celery.schedules import crontab
+
+from costcenter.env import env_int, env_str
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "costcenter.settings")
 
-app = Celery("costcenter")
+
+# A message may start this many times; a start beyond it is refused (see CappedTask).
+MAX_TASK_STARTS = env_int("CELERY_TASK_MAX_STARTS", 3, minimum=1)
+
+
+class CappedTask(Task):
+    """Every task: its starts are counted per task id and too many are refused.
+
+    With ``acks_late`` a message whose worker dies is delivered again — how a killed worker loses
+    nothing — but a message that kills every worker taking it would loop forever. The count is a
+    database row (ingest.task_starts), committed before the work begins, so a start that dies is
+    still counted. Calls in the current process (tests, ``task()``, eager mode) are not counted.
+    """
+
+    def __call__(self, *args, **kwargs):
+        request = self.request
+        if request.id and not request.called_directly and not request.is_eager:
+            from ingest.task_starts import count_start, refuse
+
+            starts = count_start(request.id, self.name, request.hostname or "")
+            if starts > MAX_TASK_STARTS:
+                reason = refuse(request.id, self.name, starts, MAX_TASK_STARTS)
+                self.on_refused(reason, args, kwargs)
+                return None  # acknowledged: the message is done with, not redelivered again
+        return super().__call__(*args, **kwargs)
+
+    def on_refused(self, reason: str, args: tuple, kwargs: dict) -> None:
+        """Make a refusal visible where users look; the default only logs (done by refuse())."""
+
+
+app = Celery("costcenter", task_cls=CappedTask)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.update(
     # Long tasks (ingest, recompute) are acknowledged only when done, so a worker killed
@@ -68,4 +100,14 @@ app.conf.update(
         },
     },
 )
+if env_str("CELERY_BROKER_URL") and (visibility := env_int("CELERY_VISIBILITY_TIMEOUT", 0, minimum=0)):
+    # Redis (and SQS) hand an unacknowledged message to another worker after this many seconds
+    # (default one hour). A worker killed mid-task is redelivered only then; a task running longer
+    # than this is redelivered while it still runs (the per-file lock makes the copy skip it).
+    # Idle workers look for such messages every few seconds (kombu's default is every ~100 s).
+    app.conf.broker_transport_options = {
+        "visibility_timeout": visibility,
+        "unacked_restore_interval": max(1, min(10, visibility // 2)),
+        "unacked_restore_throttle": 1,
+    }
 app.autodiscover_tasks()

@@ -437,3 +437,29 @@ class UnmatchedSeries(models.Model):
 
     def __str__(self) -> str:
         return f"{self.vendor} {self.labels_key}"
+
+
+class TaskStart(models.Model):
+    """How many times a Celery task (one message, one task id) has started.
+
+    Tasks are acknowledged late, so a message whose worker dies is delivered again; a message that
+    kills its worker every time would loop forever. Each start is counted here, in its own commit
+    before the task's work, and a start beyond ``CELERY_TASK_MAX_STARTS`` is refused with the
+    reason kept in ``refused`` (and, for ingest tasks, on an IngestRun and the source). Rows older
+    than a week are pruned by the daily partition task.
+    """
+
+    task_id = models.CharField(max_length=155, primary_key=True)  # Celery's task id (a UUID)
+    name = models.CharField(max_length=200)
+    starts = models.PositiveIntegerField(default=0)
+    first_started_at = models.DateTimeField()
+    last_started_at = models.DateTimeField()
+    # The worker (node name) of the latest start: which worker did a task, after the fact.
+    worker = models.CharField(max_length=200, blank=True, default="")
+    refused = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["last_started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.task_id} ({self.starts} starts)"

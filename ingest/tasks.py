@@ -7,6 +7,22 @@ from pathlib import Path
 from celery import shared_task
 from django.utils import timezone
 
+from costcenter.celery import CappedTask
+
+
+class IngestFileTask(CappedTask):
+    def on_refused(self, reason: str, args: tuple, kwargs: dict) -> None:
+        """A refused file shows on the Ingestion page: a failed run naming it, and the source's error."""
+        from ingest.models import IngestRun, Source
+
+        call = dict(zip(("source_id", "path"), args, strict=False)) | kwargs
+        source_id, path = call.get("source_id"), call.get("path")
+        now = timezone.now()
+        if Source.objects.filter(pk=source_id).update(last_run_at=now, last_error=reason[:2000]):
+            IngestRun.objects.create(
+                source_id=source_id, origin=str(path)[:1000], started_at=now, finished_at=now, error=reason
+            )
+
 
 @shared_task(name="ingest.scan_usage_directories", expires=55)
 def scan_usage_directories() -> int:
@@ -22,7 +38,7 @@ def scan_usage_directories() -> int:
     return queued
 
 
-@shared_task(name="ingest.ingest_usage_file", acks_late=True)
+@shared_task(name="ingest.ingest_usage_file", acks_late=True, base=IngestFileTask)
 def ingest_usage_file(source_id: int, path: str) -> dict:
     """Ingest one file; safe to run twice or concurrently (checkpoint + per-file lock + keys)."""
     from ingest.models import Source
@@ -40,12 +56,15 @@ def ingest_usage_file(source_id: int, path: str) -> dict:
 
 @shared_task(name="ingest.create_partitions_ahead", expires=3600)
 def create_partitions_ahead() -> list[str]:
-    """Monthly partitions: the next ones created ahead, the expired ones dropped (retention)."""
+    """Monthly partitions: the next ones created ahead, the expired ones dropped (retention).
+    Also forgets the start counts of week-old tasks (nothing redelivers them any more)."""
     from django.conf import settings
 
     from ingest.partitions import drop_expired_partitions, ensure_partitions_ahead
+    from ingest.task_starts import prune
 
     now = timezone.now()
+    prune(now=now)
     drop_expired_partitions(now=now, keep_months=settings.RAW_RETENTION_MONTHS)
     return ensure_partitions_ahead(now=now)
 
