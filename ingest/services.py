@@ -24,13 +24,13 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from costcenter.pg import hash64, session_lock
+from costcenter.pg import session_lock
 from ingest.dimensions import DimensionIds, DimensionRejected
 from ingest.formats import iter_path_records, sniff
 from ingest.formats.detect import detect_format
 from ingest.models import FileCheckpoint, IngestRun, RejectedRecord, Source, SourceKind
 from ingest.records import FileDefaults, Reject, UsageRecord
-from ingest.writer import write_rows
+from ingest.writer import COLUMNS, ROW_HEAD, encode_ids, encode_tail, ts_micros, write_rows
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +79,42 @@ def _record_excerpt(record: UsageRecord) -> str:
     return f"task_id={record.task_id!r} attempt={record.attempt} model={record.model!r} ts={record.ts.isoformat()}"
 
 
+def _encode_record(record: UsageRecord, ids: bytes) -> bytes:
+    """A record's row in binary COPY form; ``ids`` holds its encoded source and dimension ids.
+
+    The hashes are ``costcenter.pg.hash64``'s: its 8 digest bytes are the big-endian int8.
+    """
+    task = record.task_id.encode()
+    head = ROW_HEAD.pack(
+        len(COLUMNS),
+        8,
+        ts_micros(record.ts),
+        8,
+        hashlib.blake2b(record.idempotency_key.encode(), digest_size=8).digest(),
+        8,
+        hashlib.blake2b(task, digest_size=8).digest(),
+    )
+    tail = encode_tail(
+        record.prompt_tokens,
+        record.completion_tokens,
+        record.cached_tokens,
+        record.reasoning_tokens,
+        record.latency_ms,
+        record.ttft_ms,
+        record.queue_wait_ms,
+        record.attempt,
+        record.http_status,
+        record.status == "success",
+        task,
+    )
+    return head + ids + tail
+
+
 class _Batch:
-    """Rows and rejects collected until the next commit."""
+    """Rows (binary COPY encoded) and rejects collected until the next commit."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple] = []
+        self.rows: list[bytes] = []
         self.months: set = set()
         self.rejects: list[RejectedRecord] = []
         self.items = 0
@@ -166,22 +197,53 @@ def ingest_items(
     result = IngestResult()
     run = IngestRun.objects.create(source=source, origin=origin[:1000], started_at=timezone.now())
     dims = DimensionIds(source)
-    known_ids: dict[tuple, tuple] = {}
-    batch = _Batch()
+    # (team, workload, model, version, endpoint, error type) -> the row's encoded source and
+    # dimension ids. Few distinct combinations repeat millions of times: resolve each once.
+    known_ids: dict[tuple, bytes] = {}
     source_id = source.pk
+
+    def ids_of(names: tuple) -> bytes:
+        team, workload, model, model_version, endpoint, error_type = names
+        if allowed_teams is not None and team not in allowed_teams:
+            raise DimensionRejected(
+                f"team: this token may write usage of teams {', '.join(sorted(allowed_teams)) or '(none)'}"
+                f", not {team or '(no team)'!r}"
+            )
+        ids = (
+            dims.team(team),
+            dims.workload(workload),
+            dims.model(model, model_version),
+            dims.endpoint(endpoint),
+            dims.error_type(error_type),
+        )
+        encoded = encode_ids(source_id, ids)
+        if allowed_teams is None:  # with a team check, every record goes through it: no cache
+            known_ids[names] = encoded
+        return encoded
+
+    batch = _Batch()
     committer = _Committer(result, run, checkpoint)
     try:
         for index, item in enumerate(items, start=first_index):
             batch.items += 1
-            if isinstance(item, Reject):
+            if type(item) is tuple:  # a fast row (canonical_fast.FastRow): already packed
+                ids = known_ids.get(item[0])
+                if ids is None:
+                    try:
+                        ids = ids_of(item[0])
+                    except DimensionRejected as exc:
+                        excerpt = f"task_id={item[4]!r} attempt={item[5]} model={item[6]!r} ts={item[3].isoformat()}"
+                        _reject(
+                            batch, result, source, run, origin, Reject(f"record {index}", exc.reason, excerpt)
+                        )
+                if ids is not None:
+                    batch.rows.append(item[1] + ids + item[2])
+                    ts = item[3]
+                    batch.months.add((ts.year, ts.month))
+            elif isinstance(item, Reject):
                 _reject(batch, result, source, run, origin, item)
             else:
                 try:
-                    if allowed_teams is not None and item.team not in allowed_teams:
-                        raise DimensionRejected(
-                            f"team: this token may write usage of teams {', '.join(sorted(allowed_teams)) or '(none)'}"
-                            f", not {item.team or '(no team)'!r}"
-                        )
                     names = (
                         item.team,
                         item.workload,
@@ -190,35 +252,7 @@ def ingest_items(
                         item.endpoint,
                         item.error_type,
                     )
-                    ids = known_ids.get(names)
-                    if ids is None:
-                        # Few distinct combinations repeat millions of times: resolve each once.
-                        ids = known_ids[names] = (
-                            dims.team(item.team),
-                            dims.workload(item.workload),
-                            dims.model(item.model, item.model_version),
-                            dims.endpoint(item.endpoint),
-                            dims.error_type(item.error_type),
-                        )
-                    ts = item.ts
-                    row = (
-                        ts,
-                        hash64(item.idempotency_key),
-                        hash64(item.task_id),
-                        source_id,
-                        *ids,
-                        item.prompt_tokens,
-                        item.completion_tokens,
-                        item.cached_tokens,
-                        item.reasoning_tokens,
-                        item.latency_ms,
-                        item.ttft_ms,
-                        item.queue_wait_ms,
-                        item.attempt,
-                        item.http_status,
-                        item.status == "success",
-                        item.task_id,
-                    )
+                    ids = known_ids.get(names) or ids_of(names)
                 except DimensionRejected as exc:
                     _reject(
                         batch,
@@ -229,7 +263,8 @@ def ingest_items(
                         Reject(f"record {index}", exc.reason, _record_excerpt(item)),
                     )
                 else:
-                    batch.rows.append(row)
+                    batch.rows.append(_encode_record(item, ids))
+                    ts = item.ts
                     batch.months.add((ts.year, ts.month))
             if batch.items >= batch_size:
                 committer.submit(batch)
@@ -345,7 +380,9 @@ def _ingest_locked(
     checkpoint.size, checkpoint.head_hash = size, head_hash
     if fmt == "auto":
         fmt = detect_format(sniff(path), str(path))
-    items: Iterator = iter_path_records(path, fmt, defaults=defaults or FileDefaults(), now=timezone.now())
+    items: Iterator = iter_path_records(
+        path, fmt, defaults=defaults or FileDefaults(), now=timezone.now(), fast_rows=True
+    )
     # The parse is deterministic: skipping the committed items lands exactly where the last run
     # stopped, without writing them again.
     skipped = checkpoint.items_done

@@ -14,7 +14,9 @@ Limits and why:
   workload, endpoint, model_version): trimmed, <= 200 characters. Control characters are
   refused everywhere because Postgres text cannot hold NUL and they break CSV exports;
 * status: success|succeeded|ok|completed -> "success", failure|failed|fail|error -> "failure";
-* latencies: integers 0..2**31-1 ms (fits a Postgres integer), http_status 100..599.
+* latencies: integers 0..2**31-1 ms (fits a Postgres integer), http_status 100..599;
+* attempt: 1..32,767 (stored as a Postgres smallint: a larger number used to fail the whole batch
+  at COPY instead of rejecting the one record).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ MAX_ID_CHARS = 256
 MAX_DIMENSION_CHARS = 200
 MAX_EXCERPT_CHARS = 200
 MAX_INT32 = 2**31 - 1
+MAX_ATTEMPT = 2**15 - 1  # ingest_attempt.attempt is a smallint
 EARLIEST_TS = datetime(2015, 1, 1, tzinfo=UTC)
 FUTURE_SLACK = timedelta(days=1)
 
@@ -331,7 +334,7 @@ def build_checked_record(
         return names.get(field, field)
 
     task = required_id(task_id, label("task_id"))
-    attempt_no = as_int(attempt, label("attempt"), minimum=1)
+    attempt_no = as_int(attempt, label("attempt"), minimum=1, maximum=MAX_ATTEMPT)
     req = optional_id(request_id, label("request_id"))
     if not isinstance(ts, datetime):
         raise InvalidRecord(f"{label('ts')}: required timestamp")
@@ -422,7 +425,7 @@ def _build_plain_record(
     if any(len(value) > MAX_DIMENSION_CHARS for value in dims):
         return None
     record_status = _STATUS_WORDS.get(status) if type(status) is str else None
-    if record_status is None or type(attempt) is not int or not 1 <= attempt <= MAX_INT32:
+    if record_status is None or type(attempt) is not int or not 1 <= attempt <= MAX_ATTEMPT:
         return None
     if cached_tokens is None:
         cached_tokens = 0

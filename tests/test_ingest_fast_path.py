@@ -148,3 +148,223 @@ def test_the_reader_parses_every_line_exactly_as_json_does(data):
     got = _loads(data)
     assert (got if got is not _FAIL else "refused") == expected
     assert type(got) is type(expected) or expected == "refused"
+
+
+# --- the canonical fast path (canonical_fast): a line straight to a binary COPY row --------------
+
+FAKE_IDS = b"<ids>"  # stands for the encoded source and dimension ids, looked up at write time
+
+json_texts = st.one_of(
+    st.none(),
+    st.sampled_from(["netops", " netops ", "", "  ", "t-1", "a\nb", "x" * 201, "y" * 257, "\t", "é", "\x7f"]),
+    st.text(max_size=8),
+    st.integers(-5, 5),
+    st.booleans(),
+)
+json_counts = st.one_of(
+    st.none(),
+    st.integers(-3, 12_000_000),
+    st.sampled_from([0, 1, 37, 2**15 - 1, 2**15, 2**31 - 1, 2**31, 2**64, 10_000_000, True, 37.0, 1e400]),
+    st.just("12"),
+)
+json_moments = st.one_of(
+    st.sampled_from(
+        [
+            "2026-11-02T10:15:00Z",
+            "2026-11-02T10:15:00.123456Z",
+            " 2026-11-02T10:15:00+02:00 ",
+            "2026-11-02T10:15:00",
+            "2026-11-02 10:15:00Z",
+            "2014-12-31T23:59:59Z",
+            "2026-11-30T12:00:00Z",
+            "2026-11-30T12:00:01Z",
+            "not a time",
+            "",
+        ]
+    ),
+    st.integers(1_400_000_000, 1_800_000_000),
+    st.none(),
+)
+usage_objects = st.fixed_dictionaries(
+    {},
+    optional={
+        "prompt_tokens": json_counts,
+        "completion_tokens": json_counts,
+        "input_tokens": json_counts,
+        "output_tokens": json_counts,
+        "total_tokens": json_counts,
+        "prompt_tokens_details": st.one_of(
+            st.none(), st.just(7), st.fixed_dictionaries({}, optional={"cached_tokens": json_counts})
+        ),
+        "completion_tokens_details": st.one_of(
+            st.none(), st.just([]), st.fixed_dictionaries({}, optional={"reasoning_tokens": json_counts})
+        ),
+    },
+)
+PLAIN_LINE = {
+    "task_id": st.sampled_from(["t-1", " t-2 ", "x" * 256]),
+    "attempt": st.sampled_from([1, 2, 2**15 - 1]),
+    "request_id": st.sampled_from(["r-1", " ", "r" * 256]),
+    "ts": st.sampled_from(["2026-11-02T10:00:00Z", "2015-01-01T00:00:00Z", "2026-11-02T12:00:00.5+01:00"]),
+    "model": st.sampled_from(["llama", "m" * 200, " gpt "]),
+    "model_version": st.sampled_from(["", "2026-10-01"]),
+    "endpoint": st.sampled_from(["vllm-h100-a", ""]),
+    "workload": st.sampled_from(["summarize", "w" * 200]),
+    "team": st.sampled_from(["netops", " "]),
+    "status": st.sampled_from(["success", "failure", "ok", "error"]),
+    "http_status": st.sampled_from([100, 200, 599]),
+    "error_type": st.sampled_from(["", "timeout", "e" * 300]),
+    "latency_ms": st.sampled_from([0, 812, 2**31 - 1]),
+    "ttft_ms": st.sampled_from([95]),
+    "queue_wait_ms": st.sampled_from([12]),
+    "usage": st.sampled_from(
+        [
+            {"prompt_tokens": 900, "completion_tokens": 120, "prompt_tokens_details": {"cached_tokens": 100}},
+            {"prompt_tokens": 5_000_000, "completion_tokens": 5_000_000},
+            {
+                "prompt_tokens": 3,
+                "completion_tokens": 2,
+                "completion_tokens_details": {"reasoning_tokens": 2},
+            },
+        ]
+    ),
+}
+ANY_LINE = {
+    **{name: json_texts for name in ("task_id", "request_id", "model", "model_version", "endpoint")},
+    **{name: json_texts for name in ("workload", "team", "error_type")},
+    "attempt": json_counts,
+    "ts": json_moments,
+    "status": st.one_of(st.sampled_from(["success", "Success", " ok", "maybe"]), json_texts),
+    "http_status": st.one_of(json_counts, st.integers(0, 700)),
+    "latency_ms": json_counts,
+    "ttft_ms": json_counts,
+    "queue_wait_ms": json_counts,
+    "usage": st.one_of(st.none(), usage_objects, st.just([1])),
+}
+
+
+@st.composite
+def canonical_lines(draw):
+    """A plain canonical line with up to three fields replaced, removed or duplicated, written
+    compact or spaced, escaped or not."""
+    values = {name: draw(strategy) for name, strategy in PLAIN_LINE.items()}
+    for name in draw(st.lists(st.sampled_from(sorted(ANY_LINE)), max_size=3, unique=True)):
+        if draw(st.booleans()):
+            values[name] = draw(ANY_LINE[name])
+        else:
+            del values[name]
+    text = json.dumps(
+        values,
+        ensure_ascii=draw(st.booleans()),
+        separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])),
+    )
+    if values and draw(st.integers(0, 9)) == 0:  # a duplicated key: the last one counts
+        name = draw(st.sampled_from(sorted(values)))
+        text = text[:-1] + f', "{name}": {json.dumps(draw(ANY_LINE.get(name, json_texts)))}}}'
+    if draw(st.integers(0, 9)) == 0:
+        text = draw(st.sampled_from(["[" + text + "]", text + " ", " " + text, text[:-1]]))
+    return text.encode()
+
+
+def _fast_and_full(data: bytes, defaults):
+    import io
+
+    from ingest.formats.canonical import iter_records
+
+    fast = list(iter_records(io.BytesIO(data), defaults=defaults, now=NOW, fast_rows=True))
+    full = list(iter_records(io.BytesIO(data), defaults=defaults, now=NOW))
+    return fast, full
+
+
+def _assert_same_items(fast: list, full: list) -> int:
+    """Each fast row is the full path's record, byte for byte; every other item is identical."""
+    from ingest.records import UsageRecord
+    from ingest.services import _encode_record
+
+    assert len(fast) == len(full)
+    taken = 0
+    for mine, theirs in zip(fast, full, strict=True):
+        if type(mine) is not tuple:
+            assert mine == theirs
+            continue
+        taken += 1
+        assert isinstance(theirs, UsageRecord), f"fast path accepted what the full path refuses: {theirs}"
+        names, head, tail, ts, task_id, attempt, model = mine
+        assert names == (
+            theirs.team,
+            theirs.workload,
+            theirs.model,
+            theirs.model_version,
+            theirs.endpoint,
+            theirs.error_type,
+        )
+        assert head + FAKE_IDS + tail == _encode_record(theirs, FAKE_IDS)
+        assert (ts, task_id, attempt, model) == (theirs.ts, theirs.task_id, theirs.attempt, theirs.model)
+    return taken
+
+
+FAST_ROWS = {"taken": 0}
+
+
+@settings(max_examples=2000, deadline=None)
+@given(line=canonical_lines(), defaults=st.sampled_from(["none", "some"]))
+def test_a_fast_row_is_the_full_paths_record_byte_for_byte(line, defaults):
+    from ingest.records import FileDefaults
+
+    given_defaults = (
+        FileDefaults() if defaults == "none" else FileDefaults(team="fallback", model="m0", endpoint="e0")
+    )
+    FAST_ROWS["taken"] += _assert_same_items(*_fast_and_full(line, given_defaults))
+
+
+def test_the_fast_row_property_test_exercised_the_fast_path():
+    test_a_fast_row_is_the_full_paths_record_byte_for_byte()
+    assert FAST_ROWS["taken"] > 500
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(
+        st.one_of(canonical_lines(), st.sampled_from([b"", b"{", b"}", b"  [", b"]", b'{"a":'])), max_size=8
+    )
+)
+def test_files_mixing_fast_lines_documents_and_garbage_read_the_same(lines):
+    from ingest.records import FileDefaults
+
+    _assert_same_items(*_fast_and_full(b"\n".join(lines), FileDefaults()))
+
+
+def test_the_fast_path_takes_the_benchmarks_lines_and_escaped_lines_only_when_clean():
+    from ingest.records import FileDefaults
+
+    line = json.dumps(
+        {
+            "task_id": "task-1",
+            "attempt": 1,
+            "request_id": "req-1-1",
+            "ts": "2026-10-30T00:00:00Z",
+            "model": "gpt-4.1",
+            "endpoint": "openai-gpt-4.1",
+            "workload": "qa",
+            "team": "growth",
+            "status": "success",
+            "http_status": 200,
+            "error_type": None,
+            "latency_ms": 900,
+            "ttft_ms": 90,
+            "queue_wait_ms": 3,
+            "usage": {
+                "prompt_tokens": 700,
+                "completion_tokens": 90,
+                "total_tokens": 790,
+                "prompt_tokens_details": {"cached_tokens": 12},
+            },
+        }  # fmt: skip
+    ).encode()
+    fast, full = _fast_and_full(line, FileDefaults())
+    assert _assert_same_items(fast, full) == 1
+    escaped = line.replace(b'"qa"', b'"q\\u00e1"')  # an escape, but no control character: still fast
+    assert _assert_same_items(*_fast_and_full(escaped, FileDefaults())) == 1
+    control = line.replace(b'"qa"', b'"q\\ta"')  # a tab inside a name: the full path refuses it
+    fast, full = _fast_and_full(control, FileDefaults())
+    assert _assert_same_items(fast, full) == 0 and "control characters" in full[0].reason

@@ -136,6 +136,7 @@ def iter_json_values(
     *,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+    fast: Callable[[bytes], Any] | None = None,
 ) -> Iterator[tuple[str, Any] | Reject]:
     """Yield `(location, value)` for each JSON value, or a Reject for unreadable input.
 
@@ -143,13 +144,19 @@ def iter_json_values(
     into its elements ("item 2 of line N"). A document that spans lines (pretty-printed; the
     first line opens with `{` or `[` and does not close) is collected up to `max_document_bytes`
     and parsed when a line at column 0 closes it ("document at line N"). Blank lines are skipped.
+
+    `fast`: a format's shortcut for a line that stands alone (no document is being collected);
+    whatever it returns other than None is yielded as is, in place of that line's one value.
     """
     lines = iter_lines(stream, max_line_bytes)
-    return json_values_from_lines(lines, max_document_bytes=max_document_bytes)
+    return json_values_from_lines(lines, max_document_bytes=max_document_bytes, fast=fast)
 
 
 def json_values_from_lines(
-    lines: Iterable[Line], *, max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES
+    lines: Iterable[Line],
+    *,
+    max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
+    fast: Callable[[bytes], Any] | None = None,
 ) -> Iterator[tuple[str, Any] | Reject]:
     """`iter_json_values` over lines already produced by `iter_lines` (lets a caller peek first)."""
     doc: list[bytes] = []
@@ -196,6 +203,11 @@ def json_values_from_lines(
                     yield from _unwrap(f"document at line {doc_start}", value)
                     doc = []
             continue
+        if fast is not None:
+            row = fast(line)
+            if row is not None:
+                yield row
+                continue
         stripped = line.strip()
         if not stripped:
             continue
@@ -300,12 +312,18 @@ def iter_path_records(
     *,
     defaults: FileDefaults,
     now: datetime,
+    fast_rows: bool = False,
 ) -> Iterator[Item]:
-    """Records and rejects of one file; `fmt="auto"` detects the format (raises if unknown)."""
+    """Records and rejects of one file; `fmt="auto"` detects the format (raises if unknown).
+
+    `fast_rows`: plain canonical lines come as ready-to-write rows (a tuple laid out as
+    `canonical_fast.FastRow`) instead of `UsageRecord`s; the write path takes both.
+    """
     if fmt == "auto":
         from ingest.formats.detect import detect_format
 
         fmt = detect_format(sniff(path), os.fspath(path))
     parse = parser_for(fmt)
+    options = {"fast_rows": True} if fast_rows and fmt == "canonical" else {}
     with open_stream(path) as stream:
-        yield from parse(stream, defaults=defaults, now=now)
+        yield from parse(stream, defaults=defaults, now=now, **options)

@@ -40,8 +40,20 @@ from ingest.validate import (
 )
 
 
-def iter_records(stream: BinaryIO, *, defaults: FileDefaults, now: datetime) -> Iterator[Item]:
-    for item in iter_json_values(stream):
+def iter_records(
+    stream: BinaryIO, *, defaults: FileDefaults, now: datetime, fast_rows: bool = False
+) -> Iterator[Item]:
+    """Records and rejects, one per JSON value; with `fast_rows`, plain lines come as fast rows
+    (`canonical_fast`), the same attempt already packed for COPY."""
+    fast = None
+    if fast_rows:
+        from ingest.formats.canonical_fast import plain_row_parser
+
+        fast = plain_row_parser(defaults, now)
+    for item in iter_json_values(stream, fast=fast):
+        if type(item) is tuple and len(item) == 7:  # a fast row
+            yield item
+            continue
         if isinstance(item, Reject):
             yield item
             continue
