@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
@@ -22,6 +23,7 @@ from costcenter.cost_change import cost_change
 from costcenter.matrix import evaluation_matrix
 from costcenter.models import Workload
 from costcenter.selectors import GRANULARITIES, CostQuery
+from ingest.retention import retention_status
 
 # The dimension a drill-down groups by next, after filtering to one value of the clicked one.
 NEXT_DIMENSION = {
@@ -413,5 +415,12 @@ def ingestion(request):
             "problems": [problem] if problem else [],
             "data": data,
             "chart": charts.ingestion_per_day(data.per_day),
+            "raw_retention_months": settings.RAW_RETENTION_MONTHS,
+            # Storage is not attributed to teams: like sources and runs, org-wide viewers only.
+            "retention": (
+                retention_status(now=now, keep_months=settings.RAW_RETENTION_MONTHS)
+                if data.org_wide
+                else None
+            ),
         },
     )
