@@ -43,8 +43,10 @@ tokens of that kind is moved to "flat" first, so no price per token is ever infi
 result (attempts and tokens per period); the result says it is incomplete. Rows that are only
 partly priced (a price began mid-hour) keep their known cost and all their tokens.
 
-Reads only the hourly rollups, scoped exactly like ``cost_rows`` (``selectors.usage_queryset``)
-and ``cost_totals`` (unallocated cost is included for org-wide viewers of unfiltered scopes).
+Reads only the rollups — the daily ones for whole-day periods (the page's), where
+``costing.rebuild_day`` has summed the cost split and the priced-only counts per day, else the
+hourly ones — scoped exactly like ``cost_rows`` (``selectors.usage_queryset``) and
+``cost_totals`` (unallocated cost is included for org-wide viewers of unfiltered scopes).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from itertools import combinations
 from django.conf import settings
 from django.db import connection
 
+from costcenter.cost_split import FLAT_COST_SQL, OUTPUT_COST_SQL
 from costcenter.money import AMOUNT_DECIMAL_PLACES, round_for_display
 from costcenter.selectors import CostQuery, cost_totals, usage_queryset
 
@@ -79,25 +82,8 @@ _MODEL_EFFECTS = tuple(name for name, _ in EFFECTS if name != "idle_unallocated"
 KINDS = ("input", "output", "flat")
 
 
-# --- The split of a rollup row's cost into input, output and flat ---------------------------------
-# Shared with ``costcenter.matrix``. ``h`` is a scoped hourly row, ``e`` its endpoint, ``p`` its
-# pool (only for gpu_pool endpoints). Pool rows: the allocated cost split by the pool's weights,
-# exactly as the engine allocated it (current weights: a weight change is followed by a recompute).
-# Token-priced rows: completion tokens × the output price of the row's price version; in an hour
-# where the price changed mid-hour (two versions) we cannot tell which tokens fell on which side,
-# so the mean of the versions' output prices is used — the split, never the total, is approximate.
-WEIGHTED_SQL = "(h.prompt_tokens * p.input_weight + h.completion_tokens * p.output_weight)"
-OUTPUT_COST_SQL = f"""
-CASE WHEN h.cost IS NULL THEN NULL
-     WHEN p.id IS NOT NULL THEN
-          CASE WHEN {WEIGHTED_SQL} > 0
-               THEN h.cost * h.completion_tokens * p.output_weight / {WEIGHTED_SQL} ELSE 0 END
-     ELSE LEAST(h.cost, coalesce(h.completion_tokens * (
-              SELECT avg(tp.output_per_mtok) FROM costcenter_tokenprice tp WHERE tp.id = ANY(h.token_price_ids)
-          ) / 1000000, 0))
-END"""  # noqa: S608 - constants only
-FLAT_COST_SQL = f"""
-CASE WHEN h.cost IS NOT NULL AND p.id IS NOT NULL AND {WEIGHTED_SQL} = 0 THEN h.cost ELSE 0 END"""
+# The cost split (input / output / flat) lives in ``cost_split``: ``rebuild_day`` sums the same
+# expressions per day, so whole-day ranges read them from the daily rollups.
 ROW_COLUMNS = (
     "id",
     "hour",
@@ -220,7 +206,36 @@ class CostChange:
 
 
 # --- Reading --------------------------------------------------------------------------------------
-def _period_models(*, user, query: CostQuery) -> dict[str, ModelPeriod]:
+_DAILY_COLUMNS = (
+    "model_id",
+    "priced_successful_tasks",
+    "priced_attempts",
+    "priced_prompt_tokens",
+    "priced_completion_tokens",
+    "cost",
+    "output_cost",
+    "flat_cost",
+    "unpriced_attempts",
+    "unpriced_tokens",
+)
+
+
+def _period_models_sql(*, user, query: CostQuery) -> tuple[str, list]:
+    """Per model: priced successful tasks, attempts, prompt and completion tokens; cost and its
+    output and flat parts; unpriced attempts and tokens."""
+    scoped, time_field = usage_queryset(
+        user=user, query=CostQuery(query.start, query.end, (), "total", query.filters)
+    )
+    if time_field == "day":
+        # Whole days: ``costing.rebuild_day`` summed the split and the priced-only counts per day.
+        sql, params = scoped.values(*_DAILY_COLUMNS).query.sql_with_params()
+        sums = ", ".join(f"coalesce(sum(h.{column}), 0)" for column in _DAILY_COLUMNS[1:8])
+        return (
+            f"""SELECT m.name, {sums}, sum(h.unpriced_attempts), sum(h.unpriced_tokens)
+                FROM ({sql}) h JOIN costcenter_llmmodel m ON m.id = h.model_id
+                GROUP BY m.name""",  # noqa: S608 - constants and Django's compiled, parameterised scope
+            list(params),
+        )
     table, params = scoped_hourly_sql(user=user, start=query.start, end=query.end, filters=query.filters)
     priced = "FILTER (WHERE h.cost IS NOT NULL)"
     sql = f"""
@@ -232,6 +247,11 @@ def _period_models(*, user, query: CostQuery) -> dict[str, ModelPeriod]:
         FROM {table} {ROW_JOINS}
         GROUP BY m.name
     """  # noqa: S608 - built from constants and Django's compiled, parameterised scope
+    return sql, params
+
+
+def _period_models(*, user, query: CostQuery) -> dict[str, ModelPeriod]:
+    sql, params = _period_models_sql(user=user, query=query)
     result = {}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

@@ -31,6 +31,7 @@ from django.db.models import Min
 from django.utils import timezone
 
 from costcenter import histograms
+from costcenter.cost_split import FLAT_COST_SQL, OUTPUT_COST_SQL
 from costcenter.models import (
     ROLLUP_SUM_FIELDS,
     DailyUsage,
@@ -502,37 +503,95 @@ def recompute_quiet_hours(hours: list[datetime], *, book: PriceBook, marks: dict
 _SUMMED = ROLLUP_SUM_FIELDS
 
 
+def _weighted_metric(column: str) -> str:
+    """Σ attempts × the pool-hour's value and Σ attempts, over the hours that reported it."""
+    present = f"FILTER (WHERE ph.{column} IS NOT NULL)"
+    return f"sum(h.attempts * ph.{column}::float8) {present}, coalesce(sum(h.attempts) {present}, 0)"
+
+
+_PRICED = "FILTER (WHERE h.cost IS NOT NULL)"
+# What the matrix and cost change read per day instead of per hourly row: the cost split and the
+# pool metrics weighted by attempts, evaluated on each hourly row exactly as those readers would.
+_DAY_EXTRAS = f"""
+SELECT h.team_id, h.workload_id, h.model_id, h.endpoint_id,
+       coalesce(sum(h.attempts) {_PRICED}, 0), coalesce(sum(h.successful_tasks) {_PRICED}, 0),
+       coalesce(sum(h.prompt_tokens) {_PRICED}, 0), coalesce(sum(h.completion_tokens) {_PRICED}, 0),
+       sum({OUTPUT_COST_SQL}), sum({FLAT_COST_SQL}) {_PRICED},
+       {_weighted_metric("mean_utilisation")},
+       {_weighted_metric("memory_used_mib")},
+       {_weighted_metric("memory_total_mib")}
+FROM costcenter_hourlyusage h
+LEFT JOIN costcenter_endpoint e ON e.id = h.endpoint_id
+LEFT JOIN costcenter_pool p ON p.id = e.pool_id AND e.kind = 'gpu_pool'
+LEFT JOIN costcenter_poolhour ph ON ph.pool_id = p.id AND ph.hour = h.hour
+WHERE h.hour >= %s AND h.hour < %s
+GROUP BY 1, 2, 3, 4
+"""  # noqa: S608 - built from constants only
+_EXTRA_COLUMNS = (
+    "priced_attempts",
+    "priced_successful_tasks",
+    "priced_prompt_tokens",
+    "priced_completion_tokens",
+    "output_cost",
+    "flat_cost",
+    "utilisation_x_attempts",
+    "utilisation_attempts",
+    "memory_used_x_attempts",
+    "memory_used_attempts",
+    "memory_total_x_attempts",
+    "memory_total_attempts",
+)
+_DAILY_COLUMNS = (*_ROLLUP_COLUMNS, "day", *_EXTRA_COLUMNS)
+
+
 def rebuild_day(day: datetime) -> None:
-    """Replace a UTC day's daily rows by the sums of its hourly rows."""
+    """Replace a UTC day's daily rows by the sums of its hourly rows (and the extras above).
+
+    Reads and writes in one transaction, after the day's hours are recomputed: the daily rows
+    never mix hours from before and after a recompute.
+    """
     day = hour_floor(day).replace(hour=0)
+    end = day + timedelta(days=1)
     sums: dict[tuple, dict] = {}
-    for row in HourlyUsage.objects.filter(hour__gte=day, hour__lt=day + timedelta(days=1)).iterator():
-        key = (row.team_id, row.workload_id, row.model_id, row.endpoint_id)
-        total = sums.get(key)
-        if total is None:
-            total = sums[key] = {name: 0 for name in _SUMMED} | {
-                "cost": None,
-                "idle_cost": None,
-                "latency_histogram": [],
-                "ttft_histogram": [],
-                "output_tps_histogram": [],
-            }
-        for name in _SUMMED:
-            total[name] += getattr(row, name)
-        for name in ("cost", "idle_cost"):
-            value = getattr(row, name)
-            if value is not None:
-                total[name] = value if total[name] is None else total[name] + value
-        for name in ("latency_histogram", "ttft_histogram", "output_tps_histogram"):
-            counts = getattr(row, name)
-            if counts:
-                total[name] = _trim(histograms.merge([total[name], counts]))
     with transaction.atomic():
+        for row in HourlyUsage.objects.filter(hour__gte=day, hour__lt=end).iterator():
+            key = (row.team_id, row.workload_id, row.model_id, row.endpoint_id)
+            total = sums.get(key)
+            if total is None:
+                total = sums[key] = {name: 0 for name in _SUMMED} | {
+                    "cost": None,
+                    "idle_cost": None,
+                    "latency_histogram": [],
+                    "ttft_histogram": [],
+                    "output_tps_histogram": [],
+                }
+            for name in _SUMMED:
+                total[name] += getattr(row, name)
+            for name in ("cost", "idle_cost"):
+                value = getattr(row, name)
+                if value is not None:
+                    total[name] = value if total[name] is None else total[name] + value
+            for name in ("latency_histogram", "ttft_histogram", "output_tps_histogram"):
+                counts = getattr(row, name)
+                if counts:
+                    total[name] = _trim(histograms.merge([total[name], counts]))
+        with connection.cursor() as cursor:
+            cursor.execute(_DAY_EXTRAS, [day, end])
+            for row in cursor.fetchall():
+                sums[tuple(row[:4])].update(zip(_EXTRA_COLUMNS, row[4:], strict=True))
         DailyUsage.objects.filter(day=day).delete()
         _copy_rows(
             "costcenter_dailyusage",
-            (*_ROLLUP_COLUMNS, "day"),
-            [(*key, *(values[name] for name in _ROLLUP_COLUMNS[4:]), day) for key, values in sums.items()],
+            _DAILY_COLUMNS,
+            [
+                (
+                    *key,
+                    *(values[name] for name in _ROLLUP_COLUMNS[4:]),
+                    day,
+                    *(values[name] for name in _EXTRA_COLUMNS),
+                )
+                for key, values in sums.items()
+            ],
         )
 
 

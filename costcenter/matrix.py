@@ -93,7 +93,8 @@ def _weighted(column: str) -> str:
     return f"sum({_WEIGHT} * ph.{column}::float8) {present}, sum({_WEIGHT}) {present}"
 
 
-def _row_sql(table: str) -> str:
+def _hourly_facts_sql(table: str) -> str:
+    """Facts of a range that is not whole days: every hourly row, joined to its pool-hour."""
     return f"""
         SELECT {_KEYS},
                sum(h.attempts), sum(h.successful_attempts), sum(h.tasks), sum(h.successful_tasks),
@@ -110,27 +111,68 @@ def _row_sql(table: str) -> str:
     """  # noqa: S608 - constants and Django's compiled, parameterised scope
 
 
-def _histogram_sql(table: str) -> str:
-    # Histograms are added up bucket by bucket in the database, so only buckets travel.
-    parts = [
-        f"""SELECT {_KEYS}, '{metric}', u.i, sum(u.c)
-            FROM {table} {ROW_JOINS}
-            CROSS JOIN LATERAL unnest(h.{column}) WITH ORDINALITY AS u(c, i)
-            GROUP BY 1, 2, 3, 4, 5, u.i"""  # noqa: S608 - constants and the compiled scope
-        for metric, column in (
-            ("latency", "latency_histogram"),
-            ("ttft", "ttft_histogram"),
-            ("tps", "output_tps_histogram"),
-        )
-    ]
-    return " UNION ALL ".join(parts)
+# The same facts for whole days: ``costing.rebuild_day`` already evaluated the cost split, the
+# priced-only counts and the attempt-weighted pool metrics on each hourly row and summed them.
+DAILY_FACT_COLUMNS = (
+    "model_id",
+    "endpoint_id",
+    "attempts",
+    "successful_attempts",
+    "tasks",
+    "successful_tasks",
+    "prompt_tokens",
+    "completion_tokens",
+    "priced_prompt_tokens",
+    "priced_completion_tokens",
+    "cost",
+    "output_cost",
+    "flat_cost",
+    "unpriced_attempts",
+    "unpriced_tokens",
+    "utilisation_x_attempts",
+    "utilisation_attempts",
+    "memory_used_x_attempts",
+    "memory_used_attempts",
+    "memory_total_x_attempts",
+    "memory_total_attempts",
+)
 
 
-def _scoped_histograms_sql(*, user, start: datetime, end: datetime, filters) -> tuple[str, list]:
-    rows, _ = usage_queryset(user=user, query=CostQuery(start, end, (), "day", tuple(filters)))
-    columns = ("model_id", "endpoint_id", "latency_histogram", "ttft_histogram", "output_tps_histogram")
-    sql, params = rows.values(*columns).query.sql_with_params()
-    return f"({sql}) h", list(params)
+def _daily_facts_sql(table: str) -> str:
+    sums = ", ".join(f"sum(h.{column})" for column in DAILY_FACT_COLUMNS[2:])
+    return f"""
+        SELECT {_KEYS}, {sums}
+        FROM {table} {ROW_JOINS}
+        GROUP BY 1, 2, 3, 4, 5
+    """  # noqa: S608 - constants and Django's compiled, parameterised scope
+
+
+# Histograms are added up bucket by bucket in the database, so only buckets travel: the three
+# arrays are unnested side by side in one pass (a shorter array pads with NULL, which sum()
+# skips) and summed per model and endpoint id first — integers hash faster than the names the
+# rows are keyed by, which are joined only to the few groups left.
+_HISTOGRAM_SQL = f"""
+    SELECT {_KEYS}, x.i, sum(x.latency), sum(x.ttft), sum(x.tps)
+    FROM (
+        SELECT h.model_id, h.endpoint_id, u.i, sum(u.latency) AS latency, sum(u.ttft) AS ttft,
+               sum(u.tps) AS tps
+        FROM {{table}}
+        CROSS JOIN LATERAL unnest(h.latency_histogram, h.ttft_histogram, h.output_tps_histogram)
+             WITH ORDINALITY AS u(latency, ttft, tps, i)
+        GROUP BY 1, 2, 3
+    ) x
+    JOIN costcenter_llmmodel m ON m.id = x.model_id
+    LEFT JOIN costcenter_endpoint e ON e.id = x.endpoint_id
+    LEFT JOIN costcenter_pool p ON p.id = e.pool_id AND e.kind = 'gpu_pool'
+    GROUP BY 1, 2, 3, 4, 5, x.i
+"""  # noqa: S608 - constants and Django's compiled, parameterised scope
+_HISTOGRAM_COLUMNS = (
+    "model_id",
+    "endpoint_id",
+    "latency_histogram",
+    "ttft_histogram",
+    "output_tps_histogram",
+)
 
 
 def _per_mtok(cost: Decimal | None, tokens: int | None) -> Decimal | None:
@@ -146,21 +188,28 @@ def _mean(weighted_sum, weight) -> float | None:
 def evaluation_matrix(*, user, workload: str | None, start: datetime, end: datetime) -> list[MatrixRow]:
     """Per model × pool (or token-priced endpoint) for a workload (None: all) over [start, end)."""
     filters = (("workload", (workload,)),) if workload is not None else ()
-    table, params = scoped_hourly_sql(user=user, start=start, end=end, filters=filters)
-    # Histograms add up over any bucket size: whole-day ranges read the daily rollups (24× fewer
-    # rows to unnest), with the same scoping.
-    histogram_table, histogram_params = _scoped_histograms_sql(
-        user=user, start=start, end=end, filters=filters
-    )
+    # Whole-day ranges read the daily rollups (what the pages ask for), others the hourly ones;
+    # ``usage_queryset`` decides and scopes both the same way as every other reader.
+    scoped, time_field = usage_queryset(user=user, query=CostQuery(start, end, (), "day", filters))
+    if time_field == "day":
+        sql, params = scoped.values(*DAILY_FACT_COLUMNS).query.sql_with_params()
+        facts_sql, facts_params = _daily_facts_sql(f"({sql}) h"), list(params)
+    else:
+        table, facts_params = scoped_hourly_sql(user=user, start=start, end=end, filters=filters)
+        facts_sql = _hourly_facts_sql(table)
+    sql, params = scoped.values(*_HISTOGRAM_COLUMNS).query.sql_with_params()
     with connection.cursor() as cursor:
-        cursor.execute(_row_sql(table), params)
+        cursor.execute(facts_sql, facts_params)
         facts = cursor.fetchall()
-        cursor.execute(_histogram_sql(histogram_table), histogram_params * 3)
+        cursor.execute(_HISTOGRAM_SQL.format(table=f"({sql}) h"), list(params))
         buckets = cursor.fetchall()
     counts: dict[tuple, dict[str, list[int]]] = {}
-    for *key, metric, index, count in buckets:
-        per_metric = counts.setdefault(tuple(key), {})
-        per_metric.setdefault(metric, [0] * histograms.BUCKETS)[index - 1] += int(count)
+    for bucket in buckets:
+        per_metric = counts.setdefault(tuple(bucket[:_KEY_COUNT]), {})
+        index = bucket[_KEY_COUNT]
+        for metric, count in zip(("latency", "ttft", "tps"), bucket[_KEY_COUNT + 1 :], strict=True):
+            if count:
+                per_metric.setdefault(metric, [0] * histograms.BUCKETS)[index - 1] += int(count)
 
     rows = []
     for fact in facts:

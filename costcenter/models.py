@@ -397,10 +397,50 @@ class HourlyUsage(UsageRollupFields):
         return f"{self.hour:%Y-%m-%d %H}:00 model {self.model_id}"
 
 
+class ExactSumField(models.Field):
+    """A ``numeric`` column without precision or scale, read and written as ``Decimal``.
+
+    For sums of exact quotients (a cost split by token weights): Postgres keeps every digit, so a
+    sum of such per-day sums equals the sum of the per-hour quotients to the last digit.
+    """
+
+    description = "Decimal without a fixed scale"
+
+    def db_type(self, connection) -> str:
+        return "numeric"
+
+    def to_python(self, value):
+        from decimal import Decimal
+
+        return value if value is None or isinstance(value, Decimal) else Decimal(str(value))
+
+
 class DailyUsage(UsageRollupFields):
-    """Hourly buckets added up per UTC day, for long ranges (task counts are sums of hours)."""
+    """Hourly buckets added up per UTC day, for long ranges (task counts are sums of hours).
+
+    Besides the sums of the hourly columns it keeps what the matrix and cost change would
+    otherwise compute from every hourly row of a range (``costing.rebuild_day`` writes them):
+    the split of ``cost`` into its output and flat parts (``cost_split``) and the pool metrics
+    weighted by attempts (Σ attempts × the pool-hour's value and Σ attempts, over the hours
+    whose pool reported the value), and the counts of the hours whose cost is known.
+    """
 
     day = models.DateTimeField()
+    # The counts above over the day's hours whose cost is known (a day-row can mix priced and
+    # unpriced hours; per-token prices divide priced cost by priced tokens only).
+    priced_attempts = models.BigIntegerField(default=0)
+    priced_successful_tasks = models.BigIntegerField(default=0)
+    priced_prompt_tokens = models.BigIntegerField(default=0)
+    priced_completion_tokens = models.BigIntegerField(default=0)
+    # Σ over the day's hours of cost_split.OUTPUT_COST_SQL / FLAT_COST_SQL; null when no hour is priced.
+    output_cost = ExactSumField(null=True)
+    flat_cost = ExactSumField(null=True)
+    utilisation_x_attempts = models.FloatField(null=True)
+    utilisation_attempts = models.BigIntegerField(default=0)
+    memory_used_x_attempts = models.FloatField(null=True)
+    memory_used_attempts = models.BigIntegerField(default=0)
+    memory_total_x_attempts = models.FloatField(null=True)
+    memory_total_attempts = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [
