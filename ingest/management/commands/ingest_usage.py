@@ -8,7 +8,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
 from django.core.management.base import BaseCommand, CommandError
+from django.db import InterfaceError, OperationalError
 
 from ingest.formats import FORMAT_NAMES
 from ingest.formats.detect import UnknownFormat
@@ -43,6 +45,18 @@ class Progress:
         if self.enabled:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
+
+
+# The database went away (restarted, network cut, failover): not a bug to show as a traceback.
+_CONNECTION_LOST = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+
+
+def _first_cause(exc: BaseException) -> BaseException:
+    """The earliest connection error behind ``exc``: cleanup that ran after the connection was lost
+    fails too, and its "connection is closed" would hide why."""
+    while isinstance(exc.__context__, _CONNECTION_LOST):
+        exc = exc.__context__
+    return exc
 
 
 def _moment(text: str) -> datetime:
@@ -96,6 +110,14 @@ class Command(BaseCommand):
                 failed += 1
                 self.stderr.write(f"{path}: not ingested: {exc}")
                 continue
+            except _CONNECTION_LOST as exc:
+                progress.done()
+                text = str(_first_cause(exc)).strip()
+                cause = text.splitlines()[0] if text else type(_first_cause(exc)).__name__
+                raise CommandError(
+                    f"{path}: the database connection was lost while ingesting ({cause}). Every batch "
+                    "committed before it is kept with its checkpoint: run the same command again to resume."
+                ) from exc
             progress.done()
             total.add(result)
             if result.busy_files:
