@@ -98,6 +98,14 @@ app.conf.update(
             "schedule": crontab(minute="*"),
             "options": {"expires": 55},
         },
+        # E-mailed reports are due at an hour of each subscriber's own time zone (Monday 09:00 by
+        # default), so a tick every 5 minutes sends them at most 5 minutes late; it also queues
+        # SMTP retries. A (subscription, period) row is created once, so extra ticks send nothing.
+        "plan-reports": {
+            "task": "reports.plan_reports",
+            "schedule": crontab(minute="*/5"),
+            "options": {"expires": 240},
+        },
     },
 )
 if env_str("CELERY_BROKER_URL") and (visibility := env_int("CELERY_VISIBILITY_TIMEOUT", 0, minimum=0)):

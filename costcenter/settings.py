@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI files served by us: /api/docs/ works offline, no CDN
     "costcenter",
     "ingest",
+    "costcenter.reports",
 ]
 
 MIDDLEWARE = [
@@ -230,6 +231,23 @@ FOCUS_BILLING_ACCOUNT_NAME = env_str("FOCUS_BILLING_ACCOUNT_NAME", "CostCenter")
 # --- Alerts: links in e-mails and webhooks, webhook delivery ---------------------------------
 SITE_URL = (env_str("SITE_URL", "http://localhost:8000") or "").rstrip("/")
 WEBHOOK_TIMEOUT = env_int("WEBHOOK_TIMEOUT", 10, minimum=1)
+
+
+# --- E-mailed reports: charts are rendered by a headless Chromium --------------------------------
+def _browser_path() -> str | None:
+    import shutil
+
+    found = env_str("BROWSER_PATH")
+    if found:
+        return found
+    # Without one the reports still go out, with a line saying the charts are unavailable.
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"):
+        if path := shutil.which(name):
+            return path
+    return None
+
+
+BROWSER_PATH = _browser_path()
 
 # --- Prometheus ------------------------------------------------------------------------------
 PROMETHEUS_URL = env_str("PROMETHEUS_URL")

@@ -29,4 +29,5 @@ urlpatterns = [
     path("", include("costcenter.urls_pages")),
     path("", include("costcenter.urls_budgets")),
     path("api/v1/", include("costcenter.urls_api")),
+    path("reports/", include("costcenter.reports.urls")),
 ]
