@@ -23,6 +23,7 @@ SAMPLES = {
     "slug": "netops",
     "int": 1,
     "str": "x",
+    "string": "x",  # StringConverter, the class behind <str:…>
     "path": "x",
     "uuid": "00000000-0000-0000-0000-000000000001",
 }

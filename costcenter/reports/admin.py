@@ -3,6 +3,7 @@
 from django.contrib import admin
 
 from costcenter.reports.models import ReportDelivery, Subscription
+from ingest.admin import ReadOnlyAdmin
 
 
 @admin.register(Subscription)
@@ -32,11 +33,7 @@ class SubscriptionAdmin(admin.ModelAdmin):
 
 
 @admin.register(ReportDelivery)
-class ReportDeliveryAdmin(admin.ModelAdmin):
+class ReportDeliveryAdmin(ReadOnlyAdmin):  # the delivery log: written by the sender only
     list_display = ("recipient", "period_start", "status", "attempts", "sent_at", "next_attempt_at")
     list_filter = ("status",)
     search_fields = ("recipient",)
-    readonly_fields = [field.name for field in ReportDelivery._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
