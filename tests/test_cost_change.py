@@ -14,6 +14,8 @@ from fractions import Fraction
 from itertools import permutations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from costcenter.catalog import catalog_load
 from costcenter.cost_change import EFFECTS, cost_change, shapley
@@ -368,3 +370,57 @@ def test_whole_days_reconcile_with_the_daily_rollups():
     assert result.after_spend == cost_totals(user=user, query=after)["total_spend"] == Decimal("122.4")
     assert result.effect("idle_unallocated") == Decimal(70)
     assert sum(e.amount for e in result.effects) == result.change
+
+
+def test_whole_days_read_the_daily_rollups_and_agree_with_the_hourly_rows():
+    """Whole-day periods (the page's) read the cost split and priced-only counts that
+    ``rebuild_day`` summed per day; the result is the one the hourly rows give, to the last digit,
+    also after a price change is recomputed."""
+    late = '  - {name: late, prices: [{effective_from: "2026-11-03T12:00:00Z", input: "%s", output: "7"}]}\n'
+    cheap_change = ', {effective_from: "2026-11-03T00:00:00Z", input: "2", output: "4"}'
+
+    def catalog(late_input: str) -> None:
+        text = CATALOG % {"cheap_change": cheap_change, "pools": POOLS}
+        catalog_load(text.replace("models:\n", POOL_ENDPOINTS + "models:\n" + late % late_input, 1))
+
+    catalog("5")
+    day0, day1, day2 = H0.replace(hour=0), H1.replace(hour=0), H1.replace(hour=0) + timedelta(days=1)
+    afternoon = H1.replace(hour=14)
+    load(
+        *[record for records in (
+            task(H0), task(H0, "pricey"), task(H0, "llama", endpoint="vllm", prompt=1000, completion=1000),
+            task(H0, "late"),  # before late's price: unpriced
+            task(H1, tries=2), task(H1, "late"),  # cheap's new price; late still unpriced at 10:00
+            task(afternoon, "late"),  # priced from 12:00: late's day row mixes priced and unpriced hours
+            task(afternoon, "llama", endpoint="vllm", prompt=0, completion=0),  # no tokens: flat cost
+        ) for record in records]
+    )  # fmt: skip
+    recompute(now=day2, since=day0)
+    user = make_user("carol", org_role="viewer")
+    tick = timedelta(microseconds=1)  # off whole days by 1 µs: the hourly rows of the same hours
+
+    def both() -> tuple:
+        with CaptureQueriesContext(connection) as queries:
+            daily = cost_change(user=user, before=CostQuery(day0, day1), after=CostQuery(day1, day2))
+        sql = " ".join(query["sql"] for query in queries.captured_queries)
+        assert "costcenter_dailyusage" in sql and "costcenter_hourlyusage" not in sql
+        hourly = cost_change(
+            user=user, before=CostQuery(day0 - tick, day1 - tick), after=CostQuery(day1 - tick, day2 - tick)
+        )
+        assert daily == hourly
+        return daily
+
+    result = both()
+    late_after = next(m for m in result.models if m.model == "late").after
+    # Only the 14:00 attempt is priced: 1M × 5 + 100k × 7 per 1M = 5.70, its tokens alone.
+    assert (late_after.attempts, late_after.successful_tasks, late_after.prompt_tokens) == (1, 1, M)
+    assert late_after.cost == Decimal("5.7") and late_after.output_cost == Decimal("0.7")
+    assert (late_after.unpriced_attempts, late_after.unpriced_tokens) == (1, M + K)
+    llama_after = next(m for m in result.models if m.model == "llama").after
+    assert llama_after.flat_cost == Decimal(2)  # the 14:00 pool-hour with zero tokens
+
+    catalog("6")  # late's input price changes: its hours are marked, recomputed, their day rebuilt
+    recompute(now=day2)
+    repriced = both()
+    assert next(m for m in repriced.models if m.model == "late").after.cost == Decimal("6.7")
+    assert repriced.change == result.change + 1

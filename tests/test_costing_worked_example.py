@@ -6,14 +6,16 @@ tests check Prometheus → GpuInterval against a real Prometheus).
 
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 
 from costcenter.catalog import catalog_load
 from costcenter.costing import recompute
-from costcenter.models import HourlyUsage, Pool, PoolHour
+from costcenter.models import DailyUsage, HourlyUsage, LlmModel, Pool, PoolHour, Team
 from costcenter.selectors import CostQuery, cost_rows, cost_totals
 from ingest.models import GpuDevice, GpuInterval
 from tests.conftest import make_user
@@ -87,3 +89,45 @@ def test_energy_from_mean_power_where_there_is_no_counter():
     # (300 W + 400 W) × 1 h / 1000 = 0.7 kWh at $0.10 → 5.07; nobody used it: all unallocated.
     assert pool.energy_kwh == Decimal("0.7") and pool.pool_cost == Decimal("5.07")
     assert pool.unallocated_cost == Decimal("5.07") and pool.idle_cost == 0
+
+
+def test_the_migration_fills_existing_daily_rows_as_rebuild_day_does(worked_example):
+    """Migration 0005 backfills the daily rows of installations costed before it, with a frozen
+    copy of ``rebuild_day``'s expressions: the same values."""
+    extras = (
+        "priced_attempts",
+        "priced_successful_tasks",
+        "priced_prompt_tokens",
+        "priced_completion_tokens",
+        "output_cost",
+        "flat_cost",
+        "utilisation_x_attempts",
+        "utilisation_attempts",
+        "memory_used_x_attempts",
+        "memory_used_attempts",
+        "memory_total_x_attempts",
+        "memory_total_attempts",
+    )
+    order = ("team_id", "model_id", "endpoint_id")
+    rebuilt = list(DailyUsage.objects.order_by(*order).values(*order, *extras))
+    llama_a = next(
+        row
+        for row in rebuilt
+        if (row["team_id"], row["model_id"])
+        == (Team.objects.get(slug="a").pk, LlmModel.objects.get(name="llama").pk)
+    )
+    # 1 attempt at the hour's 60 % utilisation; its 3.072 split 1000:200 by the pool's 1:1 weights.
+    assert (llama_a["utilisation_x_attempts"], llama_a["utilisation_attempts"]) == (0.6, 1)
+    assert llama_a["output_cost"] == Decimal("3.072") * 200 / 1200
+    DailyUsage.objects.update(
+        **{name: 0 for name in extras if name.endswith("_attempts") and "_x_" not in name},
+        output_cost=None,
+        flat_cost=None,
+        utilisation_x_attempts=None,
+        memory_used_x_attempts=None,
+        memory_total_x_attempts=None,
+    )
+    migration = importlib.import_module("costcenter.migrations.0005_daily_matrix_extras")
+    with connection.cursor() as cursor:
+        cursor.execute(migration.BACKFILL)
+    assert list(DailyUsage.objects.order_by(*order).values(*order, *extras)) == rebuilt

@@ -6,12 +6,16 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from costcenter import histograms
 from costcenter.catalog import catalog_load
 from costcenter.costing import recompute
 from costcenter.matrix import evaluation_matrix
-from costcenter.models import PoolHour, TeamRole
+from costcenter.models import Pool, PoolHour, TeamRole
+from ingest.metric_store import mark_dirty_hours
+from ingest.models import GpuDevice, GpuInterval
 from tests.conftest import make_user
 from tests.cost_world import attempt, load
 
@@ -171,3 +175,51 @@ def test_the_queries_do_not_grow_with_attempts(world, django_assert_num_queries)
     matrix(user)  # warm caches (the user's profile)
     with django_assert_num_queries(2):  # facts + histograms, whatever the number of attempts
         matrix(user)
+
+
+DAY = H.replace(hour=0)
+NEXT_DAY = DAY + timedelta(days=1)
+TICK = timedelta(microseconds=1)  # a range off whole days by 1 µs reads the hourly rows of the same hours
+
+
+def gpu_metrics(hour, *, utilisation: float, used_mib: float) -> None:
+    """One h100 GPU's hour as the GPU-metrics ingestor stores it (an interval row and a dirty mark)."""
+    pool = Pool.objects.get(name="h100")
+    device, _ = GpuDevice.objects.get_or_create(
+        vendor="nvidia", hostname="node-a", device_key="GPU-0", pool=pool
+    )
+    GpuInterval.objects.create(
+        gpu=device,
+        pool=pool,
+        interval_start=hour,
+        step_seconds=3600,
+        utilisation=utilisation,
+        memory_used_mib=used_mib,
+        memory_total_mib=80000.0,
+    )
+    mark_dirty_hours([hour])
+
+
+def test_whole_days_read_the_daily_rollups_and_agree_with_the_hourly_rows(world):
+    # The metrics arrive after the usage was costed: the marked hours are recomputed and their
+    # day rebuilt, which is what carries the attempt-weighted utilisation into the daily rows.
+    gpu_metrics(H, utilisation=0.5, used_mib=40000.0)
+    gpu_metrics(H1, utilisation=0.8, used_mib=60000.0)
+    recompute(now=H + timedelta(hours=3))
+    for user in (world["carol"], world["alice"]):
+        for workload in ("w", None):
+            with CaptureQueriesContext(connection) as queries:
+                daily = evaluation_matrix(user=user, workload=workload, start=DAY, end=NEXT_DAY)
+            tables = " ".join(query["sql"] for query in queries.captured_queries)
+            assert "costcenter_dailyusage" in tables and "costcenter_hourlyusage" not in tables
+            assert "costcenter_poolhour" not in tables  # the weights were summed per day
+            hourly = evaluation_matrix(user=user, workload=workload, start=DAY - TICK, end=NEXT_DAY - TICK)
+            assert daily == hourly, (user.username, workload)
+    # And the hand-computed values of the first test hold on the daily path.
+    row = {(r.model, r.pool or r.endpoint): r for r in evaluation_matrix(
+        user=world["carol"], workload="w", start=DAY, end=NEXT_DAY
+    )}[("llama", "h100")]  # fmt: skip
+    assert row.mean_gpu_utilisation == pytest.approx(0.575)
+    assert row.mean_memory_used_mib == pytest.approx(45000) and row.mean_memory_total_mib == 80000
+    assert row.cost_per_1m_input_tokens == Decimal("703.125")
+    assert row.cost_per_1m_output_tokens == Decimal("2187.5")
