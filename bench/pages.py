@@ -2,15 +2,20 @@
 
     python bench/pages.py [--days 30] [--attempts-per-day 5000] [--requests 100]
     python bench/pages.py --synthetic 20000000 [--requests 100]
+    python bench/pages.py --reuse [--only "Models"] [--requests 100]
 
 The default loads the demo fleet the quick start loads (``manage.py demo``: ~150,000 attempts
 over 30 days, GPU metrics included) and costs it. ``--synthetic N`` instead fills N attempts over
 30 days straight in SQL, as ``bench/costs_api.py`` does (no GPU metrics), to show that render time
-does not grow with raw volume: pages read rollups only.
+does not grow with raw volume: pages read rollups only. ``--reuse`` measures the data already in
+``COSTCENTER_HOME`` (after applying pending migrations) without loading anything, so two versions
+of the code can be measured on the same data; ``--only`` picks pages by a part of their label.
 
 Each page is requested ``--requests`` times (after 5 warm-up requests) by a signed-in org-wide
 viewer through Django's test ``Client``: the full request stack (middleware, session, the page's
-selectors, the charts, the template), no network and no browser. Time is wall-clock per request.
+selectors, the charts, the template), no network and no browser. Time is wall-clock per request;
+the machine's 1-minute load average is printed beside each page (the time is only comparable
+between runs under similar load).
 """
 
 from __future__ import annotations
@@ -101,7 +106,10 @@ def prepare(args) -> str:
     loaded = time.perf_counter() - started
     started = time.perf_counter()
     hours = recompute(now=now)
-    print(f"{what}; loaded in {loaded:.0f}s, {hours:,} hours costed in {time.perf_counter() - started:.0f}s")
+    print(
+        f"{what}; loaded in {loaded:.0f}s, {hours:,} hours costed in {time.perf_counter() - started:.0f}s",
+        flush=True,
+    )
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT (SELECT count(*) FROM costcenter_hourlyusage), (SELECT count(*) FROM costcenter_dailyusage)"
@@ -111,7 +119,18 @@ def prepare(args) -> str:
     return what
 
 
-def measure(requests: int) -> list[tuple[str, float, float, float]]:
+def describe() -> None:
+    call_command("migrate", verbosity=0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT count(*) FROM ingest_attempt), (SELECT count(*) FROM costcenter_hourlyusage), "
+            "(SELECT count(*) FROM costcenter_dailyusage)"
+        )
+        attempts, hourly, daily = cursor.fetchone()
+    print(f"reusing {attempts:,} attempts; rollup rows: hourly {hourly:,}, daily {daily:,}", flush=True)
+
+
+def measure(requests: int, only: list[str] | None = None) -> list[tuple[str, float, float, float]]:
     user = get_user_model().objects.filter(
         username="bench"
     ).first() or get_user_model().objects.create_superuser(
@@ -121,6 +140,8 @@ def measure(requests: int) -> list[tuple[str, float, float, float]]:
     client.force_login(user)
     results = []
     for label, url in PAGES:
+        if only and not any(part.lower() in label.lower() for part in only):
+            continue
         timings = []
         for _ in range(requests + 5):
             started = time.perf_counter()
@@ -131,7 +152,11 @@ def measure(requests: int) -> list[tuple[str, float, float, float]]:
         p50 = statistics.median(timings)
         p95 = statistics.quantiles(timings, n=20)[-1]
         results.append((label, p50, p95, max(timings)))
-        print(f"{label:<42} p50 {p50:7.1f} ms   p95 {p95:7.1f} ms   max {max(timings):7.1f} ms", flush=True)
+        load = os.getloadavg()[0]
+        print(
+            f"{label:<42} p50 {p50:7.1f} ms   p95 {p95:7.1f} ms   max {max(timings):7.1f} ms   load {load:.1f}",
+            flush=True,
+        )
     return results
 
 
@@ -143,9 +168,14 @@ def main() -> None:
     parser.add_argument("--attempts-per-day", type=int, default=5000)
     parser.add_argument("--synthetic", type=int, default=0, help="fill N attempts in SQL instead of the demo")
     parser.add_argument("--requests", type=int, default=100)
+    parser.add_argument("--reuse", action="store_true", help="measure the data already loaded; load nothing")
+    parser.add_argument("--only", action="append", help="only pages whose label contains this (repeatable)")
     args = parser.parse_args()
-    prepare(args)
-    results = measure(args.requests)
+    if args.reuse:
+        describe()
+    else:
+        prepare(args)
+    results = measure(args.requests, args.only)
     worst = max(results, key=lambda row: row[2])
     print(f"\nslowest p95: {worst[0]} {worst[2]:.1f} ms (target <= 150 ms)")
 
