@@ -75,8 +75,8 @@ PLANS = {
     ("2m", False): Plan((2_000_000,), DAYS, 100, 1_000_000, 200, 1000, 4, 120),
     ("20m", False): Plan((2_000_000, 20_000_000), DAYS, 100, 10_000_000, 400, 1000, 4, 180),
     # Small enough to finish in well under two minutes; proves the command, not the targets.
-    ("2m", True): Plan((10_000,), 3, 5, 5_000, 8, 250, 4, 30),
-    ("20m", True): Plan((10_000, 30_000), 3, 5, 5_000, 8, 250, 4, 30),
+    ("2m", True): Plan((5_000,), 2, 3, 2_000, 4, 250, 4, 30),
+    ("20m", True): Plan((5_000, 15_000), 2, 3, 2_000, 4, 250, 4, 30),
 }
 
 
