@@ -20,7 +20,7 @@ import time_machine
 from django.core.management import call_command
 from django.urls import reverse
 
-from costcenter.models import AlertEvent, AlertEventKind, Budget, Team
+from costcenter.models import AlertEvent, AlertEventKind, Budget, Pool, PoolHour, Team
 from costcenter.reports import delivery
 from costcenter.reports.mail import unsubscribe_token
 from costcenter.reports.models import DeliveryStatus, ReportDelivery, Subscription
@@ -368,6 +368,13 @@ def test_a_planned_report_for_an_unsubscribed_user_is_cancelled(people, no_brows
 def test_scopes_follow_roles(people, smtp, no_browser):
     """carol (org-wide viewer) gets the whole organisation; bob (support) only support."""
     seed_netops_weeks()
+    hour = datetime(2026, 10, 21, 12, tzinfo=UTC)
+    for pool, unallocated, idle, utilisation in (("h100-a", "6", "16", "0.2"), ("mi300x-b", "4", "8", "0.6")):
+        PoolHour.objects.create(
+            pool=Pool.objects.get(name=pool), hour=hour, gpu_count=8, pool_cost=Decimal("20"),
+            allocated_cost=Decimal("20") - Decimal(unallocated), unallocated_cost=Decimal(unallocated),
+            idle_cost=Decimal(idle), mean_utilisation=Decimal(utilisation),
+        )  # fmt: skip
     subscribe(people["carol"], scope="org")
     subscribe(people["bob"])
     subscribe(people["dave"], scope="org")  # not a manager: falls back to his (no) teams
@@ -378,7 +385,12 @@ def test_scopes_follow_roles(people, smtp, no_browser):
         for recipients, message in smtp.messages
     }
     assert "Scope: the whole organisation." in texts["carol@example.com"]
-    assert "Spend: $68.00 / $11.00" in texts["carol@example.com"]  # 18 netops + 50 support
+    carol = texts["carol@example.com"]
+    assert "Spend: $78.00 / $11.00" in carol  # 18 netops + 50 support + 10 unallocated pool cost
+    assert "Idle GPU cost: $24.00 (previous —, —)" in carol
+    assert "Least-utilised pool: h100-a at 20.0% mean utilisation, $16.00 idle" in carol
+    assert "Team: support +$50.00" in carol
+    assert "No self-run GPU usage in this scope." in texts["bob@example.com"]
     assert "Scope: team support." in texts["bob@example.com"]
     assert "Spend: $50.00 / —" in texts["bob@example.com"]
     assert "netops" not in texts["bob@example.com"]

@@ -152,14 +152,19 @@ def _spend_by_day(scope: ReportScope, period: ReportPeriod, dimension: str) -> t
     for row in cost_rows(user=scope.user, query=_query(period, scope, (dimension,), "hour")):
         if row["cost"] is not None:
             sums[(local_day(row["period"]), row[dimension])] += row["cost"]
-    rows = [{"period": day, dimension: value, "cost": cost} for (day, value), cost in sorted(
-        sums.items(), key=lambda item: (item[0][0], str(item[0][1])))]  # fmt: skip
+    # Charts get the local *date* (not the UTC instant of local midnight, which plotly would
+    # draw on the evening before for zones east of UTC).
+    local_date = {start: day for day, start in day_start.items()}
+    rows = [
+        {"period": local_date[day], dimension: value, "cost": cost}
+        for (day, value), cost in sorted(sums.items(), key=lambda item: (item[0][0], str(item[0][1])))
+    ]
     unallocated = None
     if scope.org_wide:
         unallocated = defaultdict(Decimal)
         for row in pool_cost_rows(user=scope.user, start=period.start, end=period.end, granularity="hour"):
             if row["unallocated_cost"] is not None:
-                unallocated[local_day(row["period"])] += row["unallocated_cost"]
+                unallocated[local_date[local_day(row["period"])]] += row["unallocated_cost"]
         unallocated = dict(unallocated)
     return rows, unallocated
 
@@ -171,6 +176,7 @@ def _trend(scope: ReportScope, period: ReportPeriod) -> list[dict]:
         periods.insert(0, periods[0].previous())
     first = CostQuery(periods[0].start, period.end, (), "hour", scope.filters)
     starts = [(p.start, p.end) for p in periods]
+    first_days = {p.start: p.first_day for p in periods}  # local dates for the chart's x axis
     sums = {start: {"cost": None, "successful_tasks": 0, "attempts": 0} for start, _ in starts}
     for row in cost_rows(user=scope.user, query=first):
         start = next(s for s, e in starts if s <= row["period"] < e)
@@ -184,7 +190,14 @@ def _trend(scope: ReportScope, period: ReportPeriod) -> list[dict]:
         successes = bucket["successful_tasks"]
         cost = bucket["cost"]
         per_task = cost / successes if successes and cost is not None else None
-        out.append({"period": start, "label": "All usage", **bucket, "cost_per_successful_task": per_task})
+        out.append(
+            {
+                "period": first_days[start],
+                "label": "All usage",
+                **bucket,
+                "cost_per_successful_task": per_task,
+            }
+        )
     return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 
@@ -41,6 +42,10 @@ def figures(report: Report) -> list[tuple[str, str, str, dict]]:
         unallocated_by_day=report.unallocated_by_day,
     )
     if spend is not None:
+        first, last = report.period.first_day, report.period.last_day
+        # Every day of the period on the axis, bars centred on their day's tick.
+        spend["layout"]["xaxis"]["range"] = [f"{first - timedelta(days=1)}T12:00:00", f"{last}T12:00:00"]
+        spend["layout"]["xaxis"]["dtick"] = 86400000
         days = {row["period"] for row in report.spend_by_day} | set(report.unallocated_by_day or {})
         out.append(
             (
@@ -97,9 +102,8 @@ def render(report: Report) -> tuple[list[Chart], str]:
         rendered = []
         for cid, title, alt, figure in wanted:
             shown = go.Figure(figure)
-            shown.update_layout(
-                paper_bgcolor="#ffffff", plot_bgcolor="#ffffff", title={"text": title}, margin={"t": 48}
-            )
+            # The mail's heading names the chart; a white background reads in dark-mode clients too.
+            shown.update_layout(paper_bgcolor="#ffffff", plot_bgcolor="#ffffff", margin={"t": 16})
             png = pio.to_image(shown, format="png", width=WIDTH, height=HEIGHT, scale=1)
             rendered.append(Chart(cid, title, alt, png))
         return rendered, ""

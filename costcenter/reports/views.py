@@ -68,7 +68,9 @@ def preview(request):
         "currency": settings.CURRENCY,
         **context(report, subscription, charts=charts, charts_note=note, inline=False),
     }
-    return HttpResponse(render_to_string("emails/report-body.html", ctx))
+    html = render_to_string("emails/report-body.html", ctx)
+    # Like every page (base.html): no favicon request, which would be a 404 in the console.
+    return HttpResponse(html.replace("</head>", '<link rel="icon" href="data:,"></head>', 1))
 
 
 @csrf_exempt  # mail clients POST one-click unsubscribes (RFC 8058) without a CSRF token; the signed token is the credential
