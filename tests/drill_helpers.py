@@ -132,12 +132,13 @@ class Worker:
             self.process = None
 
     def stop(self) -> None:
-        """Warm shutdown (SIGTERM); SIGKILL if it does not stop in time."""
+        """Warm shutdown: SIGTERM to the parent only, which lets the pool child finish its task and
+        logs the result (a SIGTERM to the child would kill it mid-task); SIGKILL if it hangs."""
         if self.process is None:
             return
         try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=20)
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)

@@ -27,7 +27,7 @@ from tests.ingest_helpers import canonical, subprocess_database_url, write_jsonl
 
 pytestmark = pytest.mark.drill
 
-RECORDS = 40_000
+RECORDS = 26_000
 BATCH = 1_000
 KILLS = 12
 REJECT_AT = 12_345  # 0-based line index of the one unparsable line
