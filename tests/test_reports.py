@@ -502,3 +502,20 @@ def test_the_beat_plans_reports_every_five_minutes_and_fans_out(people, monkeypa
     with time_machine.travel(MONDAY_0905_BERLIN, tick=False):
         assert tasks.plan_reports() == 1
         assert queued == [ReportDelivery.objects.get().pk]
+
+
+def test_the_quick_start_subscribes_the_demo_admin_and_plans_one_report(people, settings, tmp_path, no_browser):
+    from costcenter.reports.demo import subscribe_and_plan
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    settings.EMAIL_FILE_PATH = tmp_path
+    root = people["root"]
+    with time_machine.travel(datetime(2026, 10, 28, 12, tzinfo=UTC), tick=False):
+        assert subscribe_and_plan(root) == 1
+        assert subscribe_and_plan(root) == 1  # the same row, still waiting for the beat
+        assert Subscription.objects.get(user=root).scope == "org"
+        assert "1 sent" in send_reports()
+        assert subscribe_and_plan(root) == 0
+    [written] = list(tmp_path.iterdir())  # the embedded default: one mail as a file
+    mail = written.read_text()
+    assert "X-CostCenter-Report: 2026-10-19" in mail and "To: root@example.com" in mail

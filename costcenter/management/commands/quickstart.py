@@ -53,6 +53,13 @@ class Command(BaseCommand):
         started = time.monotonic()
         hours = recompute()
         self.stdout.write(f"costs computed for {hours:,} hour(s) ({time.monotonic() - started:.0f}s)")
+        from costcenter.reports.demo import subscribe_and_plan
+
+        if subscribe_and_plan(get_user_model().objects.get(username=username)):
+            where = settings.EMAIL_HOST or getattr(settings, "EMAIL_FILE_PATH", "")
+            self.stdout.write(
+                f"last week's report for {username} goes out on the beat's next tick (to {where})"
+            )
         if no_serve:
             return
         url = f"http://{addr}:{port}/"
