@@ -504,7 +504,9 @@ def test_the_beat_plans_reports_every_five_minutes_and_fans_out(people, monkeypa
         assert queued == [ReportDelivery.objects.get().pk]
 
 
-def test_the_quick_start_subscribes_the_demo_admin_and_plans_one_report(people, settings, tmp_path, no_browser):
+def test_the_quick_start_subscribes_the_demo_admin_and_plans_one_report(
+    people, settings, tmp_path, no_browser
+):
     from costcenter.reports.demo import subscribe_and_plan
 
     settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
@@ -519,3 +521,22 @@ def test_the_quick_start_subscribes_the_demo_admin_and_plans_one_report(people, 
     [written] = list(tmp_path.iterdir())  # the embedded default: one mail as a file
     mail = written.read_text()
     assert "X-CostCenter-Report: 2026-10-19" in mail and "To: root@example.com" in mail
+
+
+def test_a_report_that_cannot_be_built_is_recorded_and_retried_not_lost(
+    people, smtp, no_browser, monkeypatch
+):
+    from costcenter.reports import content
+
+    subscribe(people["alice"])
+    real = content.build_report
+    monkeypatch.setattr(delivery, "build_report", lambda *a, **k: 1 / 0)  # a bug in one section
+    with time_machine.travel(MONDAY_0905_BERLIN, tick=False) as clock:
+        [delivery_id] = delivery.plan()
+        assert delivery.deliver(delivery_id) == DeliveryStatus.FAILED
+        row = ReportDelivery.objects.get()
+        assert row.last_error == "ZeroDivisionError: division by zero" and row.claimed_until is None
+        monkeypatch.setattr(delivery, "build_report", real)  # fixed and deployed
+        clock.shift(timedelta(minutes=1))
+        assert delivery.deliver(delivery_id) == DeliveryStatus.SENT
+    assert len(smtp.messages) == 1

@@ -106,7 +106,9 @@ def due_ids(*, now: datetime | None = None, usernames=None, limit: int = 500) ->
 def claim(delivery_id: int, *, now: datetime) -> bool:
     """Take the lease on a due delivery; True for exactly one worker."""
     return bool(
-        _due(now).filter(pk=delivery_id).update(claimed_until=now + LEASE, attempts=F("attempts") + 1)
+        _due(now)
+        .filter(pk=delivery_id, attempts__lt=MAX_ATTEMPTS)
+        .update(claimed_until=now + LEASE, attempts=F("attempts") + 1)
     )
 
 
@@ -149,6 +151,9 @@ def deliver(delivery_id: int, *, now: datetime | None = None) -> str | None:
     except PermanentFailure as exc:
         error, permanent = str(exc), True
     except (smtplib.SMTPException, OSError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a bug or a database hiccup: recorded and retried, never lost
+        log.exception("report delivery %s could not be built", delivery_id)
         error = f"{type(exc).__name__}: {exc}"
     if not error:
         ReportDelivery.objects.filter(pk=delivery_id).update(
