@@ -17,7 +17,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -30,7 +30,16 @@ from ingest.formats import iter_path_records, sniff
 from ingest.formats.detect import detect_format
 from ingest.models import FileCheckpoint, IngestRun, RejectedRecord, Source, SourceKind
 from ingest.records import FileDefaults, Reject, UsageRecord
-from ingest.writer import COLUMNS, ROW_HEAD, encode_ids, encode_tail, ts_micros, write_rows
+from ingest.writer import (
+    COLUMNS,
+    MICROS_PER_HOUR,
+    PG_EPOCH,
+    ROW_HEAD,
+    encode_ids,
+    encode_tail,
+    ts_micros,
+    write_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +124,7 @@ class _Batch:
 
     def __init__(self) -> None:
         self.rows: list[bytes] = []
-        self.months: set = set()
+        self.hours: set[int] = set()  # of the rows' ts, as hours since PG_EPOCH
         self.rejects: list[RejectedRecord] = []
         self.items = 0
 
@@ -131,6 +140,7 @@ class _Committer:
 
     def __init__(self, result: IngestResult, run: IngestRun, checkpoint: FileCheckpoint | None) -> None:
         self.result, self.run, self.checkpoint = result, run, checkpoint
+        self.direct = _DirectCopy()
         self.error: BaseException | None = None
         # Files only (they are large); an HTTP batch is small and commits inline in its request.
         self.threaded = checkpoint is not None and not connection.in_atomic_block
@@ -141,7 +151,7 @@ class _Committer:
 
     def submit(self, batch: _Batch, *, final: bool = False) -> None:
         if not self.threaded:
-            _commit(batch, self.result, self.run, self.checkpoint, final=final)
+            _commit(batch, self.result, self.run, self.checkpoint, final=final, direct=self.direct)
             return
         self._raise_failure()
         self.jobs.put((batch, final))
@@ -170,7 +180,7 @@ class _Committer:
                 if self.error is not None:
                     continue  # after a failure, only drain: the caller re-raises it
                 try:
-                    _commit(job[0], self.result, self.run, self.checkpoint, final=job[1])
+                    _commit(job[0], self.result, self.run, self.checkpoint, final=job[1], direct=self.direct)
                 except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
                     self.error = exc
         finally:
@@ -232,14 +242,13 @@ def ingest_items(
                     try:
                         ids = ids_of(item[0])
                     except DimensionRejected as exc:
-                        excerpt = f"task_id={item[4]!r} attempt={item[5]} model={item[6]!r} ts={item[3].isoformat()}"
+                        excerpt = f"task_id={item[5]!r} attempt={item[6]} model={item[7]!r} ts={item[4].isoformat()}"
                         _reject(
                             batch, result, source, run, origin, Reject(f"record {index}", exc.reason, excerpt)
                         )
                 if ids is not None:
                     batch.rows.append(item[1] + ids + item[2])
-                    ts = item[3]
-                    batch.months.add((ts.year, ts.month))
+                    batch.hours.add(item[3])
             elif isinstance(item, Reject):
                 _reject(batch, result, source, run, origin, item)
             else:
@@ -264,8 +273,7 @@ def ingest_items(
                     )
                 else:
                     batch.rows.append(_encode_record(item, ids))
-                    ts = item.ts
-                    batch.months.add((ts.year, ts.month))
+                    batch.hours.add(ts_micros(item.ts) // MICROS_PER_HOUR)
             if batch.items >= batch_size:
                 committer.submit(batch)
                 batch = _Batch()
@@ -300,13 +308,29 @@ def _reject(batch: _Batch, result: IngestResult, source, run, origin: str, rejec
         result.sample_rejects.append(reject)
 
 
+class _DirectCopy:
+    """Whether a run still tries COPY straight into the table (see ``writer.write_rows``)."""
+
+    enabled = True
+
+
 def _commit(
-    batch: _Batch, result: IngestResult, run: IngestRun, checkpoint: FileCheckpoint | None, final=False
+    batch: _Batch,
+    result: IngestResult,
+    run: IngestRun,
+    checkpoint: FileCheckpoint | None,
+    final=False,
+    direct: _DirectCopy | None = None,
 ):
     """One transaction: new rows, rejects, the run's counts and the checkpoint move together."""
+    direct = direct or _DirectCopy()
     with transaction.atomic():
-        months = {datetime(year, month, 1, tzinfo=UTC) for year, month in batch.months}
-        inserted = write_rows(batch.rows, months=months)
+        hours = {PG_EPOCH + timedelta(hours=hour) for hour in batch.hours}
+        inserted = write_rows(batch.rows, months=hours, hours=hours, direct=direct.enabled)
+        if inserted < len(batch.rows):
+            # A run that met a duplicate (a re-read file) likely meets more: from now on the
+            # staging table is the cheaper way.
+            direct.enabled = False
         RejectedRecord.objects.bulk_create(batch.rejects)
         # Counted here, at commit, so the run's figures always match what is stored.
         result.accepted += inserted

@@ -13,10 +13,11 @@ a batch goes to the server as one buffer. Letting psycopg format each row (``wri
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
+from psycopg.errors import UniqueViolation
 
 from ingest.partitions import ensure_partitions
 
@@ -62,13 +63,13 @@ COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)  # signature, f
 COPY_TRAILER = struct.pack(">h", -1)
 PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)  # timestamptz is int64 microseconds since this
 ONE_MICROSECOND = timedelta(microseconds=1)
+MICROS_PER_HOUR = 3_600_000_000
 NULL_FIELD = struct.pack(">i", -1)
 
 # ts, key_hash and task_hash: the head of every row (hashes are the 8 digest bytes, big-endian).
 ROW_HEAD = struct.Struct(">hiqi8si8s")
 # source_id and the five dimension ids, the same for millions of rows: encoded once per combination.
 _ID = struct.Struct(">ii")
-_TEXT_LENGTH = struct.Struct(">i")
 
 
 def ts_micros(ts: datetime) -> int:
@@ -84,14 +85,19 @@ def encode_ids(source_id: int, ids: Sequence[int | None]) -> bytes:
 _TAIL_PACKERS: dict[tuple[bool, ...], object] = {}
 
 
-def _tail_packer(nulls: tuple[bool, bool, bool, bool, bool]):
-    """A packer of the fields after the ids, for one pattern of NULLs among the nullable ones.
+def tail_packer(nulls: tuple[bool, bool, bool, bool, bool]):
+    """The packer of the fields after the ids, for one pattern of NULLs among the nullable ones.
 
     Fields: prompt, completion, cached (int4), reasoning, latency, ttft, queue wait (int4 or
-    NULL), attempt (int2), http_status (int2 or NULL), succeeded (bool). One ``struct.pack``
-    per row is several times cheaper than a call per field; a NULL has no value bytes, so each
-    pattern (at most 32; a file has one or two) gets its own format, generated once.
+    NULL), attempt (int2), http_status (int2 or NULL), succeeded (bool), then the task id's byte
+    length (its bytes follow). ``nulls`` says which of reasoning, latency, ttft, queue wait and
+    http_status are NULL. One ``struct.pack`` per row is several times cheaper than a call per
+    field; a NULL has no value bytes, so each pattern (at most 32; a file has one or two) gets its
+    own format and function, generated once and kept in ``_TAIL_PACKERS``.
     """
+    pack = _TAIL_PACKERS.get(nulls)
+    if pack is not None:
+        return pack
     reasoning, latency, ttft, queue, http = nulls
     fmt, args = [">iiiiii"], ["4, p, 4, c, 4, ca"]
     for name, is_null in (("r", reasoning), ("lat", latency), ("tt", ttft), ("q", queue)):
@@ -101,13 +107,14 @@ def _tail_packer(nulls: tuple[bool, bool, bool, bool, bool]):
     args.append("2, a")
     fmt.append("i" if http else "ih")
     args.append("-1" if http else "2, h")
-    fmt.append("ib")
-    args.append("1, s")
+    fmt.append("ibi")
+    args.append("1, s, n")
     packer = struct.Struct("".join(fmt))
-    source = f"def pack(p, c, ca, r, lat, tt, q, a, h, s):\n    return _pack({', '.join(args)})\n"
+    source = f"def pack(p, c, ca, r, lat, tt, q, a, h, s, n):\n    return _pack({', '.join(args)})\n"
     scope = {"_pack": packer.pack}
     exec(compile(source, f"<tail packer {nulls}>", "exec"), scope)  # noqa: S102 - our own fixed text
-    return scope["pack"]
+    pack = _TAIL_PACKERS[nulls] = scope["pack"]
+    return pack
 
 
 def encode_tail(
@@ -125,13 +132,21 @@ def encode_tail(
 ) -> bytes:
     """Everything after the ids: token counts, timings, attempt, status, then the task id text."""
     nulls = (reasoning is None, latency is None, ttft is None, queue_wait is None, http_status is None)
-    pack = _TAIL_PACKERS.get(nulls)
-    if pack is None:
-        pack = _TAIL_PACKERS[nulls] = _tail_packer(nulls)
+    pack = _TAIL_PACKERS.get(nulls) or tail_packer(nulls)
     fixed = pack(
-        prompt, completion, cached, reasoning, latency, ttft, queue_wait, attempt, http_status, succeeded
+        prompt,
+        completion,
+        cached,
+        reasoning,
+        latency,
+        ttft,
+        queue_wait,
+        attempt,
+        http_status,
+        succeeded,
+        len(task_id),
     )
-    return fixed + _TEXT_LENGTH.pack(len(task_id)) + task_id
+    return fixed + task_id
 
 
 def encode_row(row: Sequence) -> bytes:
@@ -149,11 +164,26 @@ def encode_row(row: Sequence) -> bytes:
     return head + encode_ids(source_id, ids) + encode_tail(*row[9:19], row[19].encode())
 
 
-def write_rows(rows: Sequence[bytes | tuple], *, months: set[datetime]) -> int:
+def write_rows(
+    rows: Sequence[bytes | tuple],
+    *,
+    months: Iterable[datetime],
+    hours: Iterable[datetime] | None = None,
+    direct: bool = False,
+) -> int:
     """Insert rows that are not there yet; returns how many were new.
 
     A row is its binary COPY encoding (``encode_row`` or the fast path) or a tuple in ``COLUMNS``
-    order. Must run inside a transaction: the staging table empties itself at commit.
+    order. ``months``: moments in every month the rows fall in (their partitions are created).
+    ``hours``: the starts of the hours the rows fall in (marked dirty for the cost engine when a
+    row was new); without it they are read back from the staged rows.
+
+    ``direct``: first try COPY straight into ``ingest_attempt``, in a savepoint. New data — the
+    usual case — then costs the server what a raw COPY does, instead of a COPY into the staging
+    table plus an ``INSERT … SELECT … ON CONFLICT`` (about twice the work). One duplicate key
+    fails that COPY as a whole; the savepoint is rolled back and the batch goes through the
+    staging table, which drops the duplicates. Either way the count is exact: a COPY that
+    succeeds stored every row. Must run inside a transaction.
     """
     if not rows:
         return 0
@@ -161,6 +191,11 @@ def write_rows(rows: Sequence[bytes | tuple], *, months: set[datetime]) -> int:
     payload = b"".join(
         [COPY_HEADER, *(row if type(row) is bytes else encode_row(row) for row in rows), COPY_TRAILER]
     )
+    if hours is not None:
+        hours = sorted(hours)
+    if direct and hours is not None and _copy_new_rows(payload):
+        _mark_dirty_hours(hours)
+        return len(rows)
     with connection.cursor() as cursor:
         cursor.execute(
             f"CREATE TEMP TABLE IF NOT EXISTS {_STAGING} "
@@ -173,7 +208,7 @@ def write_rows(rows: Sequence[bytes | tuple], *, months: set[datetime]) -> int:
             "ON CONFLICT DO NOTHING"
         )
         inserted = cursor.rowcount
-        if inserted:
+        if inserted and hours is None:
             # Hours whose attempts changed, for the cost engine. A superset is harmless: a
             # clean hour recomputed gives the same numbers.
             cursor.execute(
@@ -181,4 +216,27 @@ def write_rows(rows: Sequence[bytes | tuple], *, months: set[datetime]) -> int:
                 f"FROM {_STAGING} ON CONFLICT (hour) DO UPDATE SET marked_at = excluded.marked_at"
             )
         cursor.execute(f"TRUNCATE {_STAGING}")
+    if inserted and hours is not None:
+        _mark_dirty_hours(hours)  # the batch's hours: a superset of the new rows' (harmless)
     return inserted
+
+
+def _copy_new_rows(payload: bytes) -> bool:
+    """COPY into ingest_attempt in a savepoint; False (and nothing written) if a key was there."""
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            with cursor.copy(f"COPY ingest_attempt ({_COLUMN_LIST}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.write(payload)
+    except (UniqueViolation, IntegrityError):
+        return False
+    return True
+
+
+def _mark_dirty_hours(hours: list[datetime]) -> None:
+    """Hours whose attempts changed, for the cost engine (``costing.recompute``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO ingest_dirtyhour (hour, marked_at) SELECT unnest(%s::timestamptz[]), now() "
+            "ON CONFLICT (hour) DO UPDATE SET marked_at = excluded.marked_at",
+            [hours],
+        )

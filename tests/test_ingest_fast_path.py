@@ -280,6 +280,7 @@ def _assert_same_items(fast: list, full: list) -> int:
     """Each fast row is the full path's record, byte for byte; every other item is identical."""
     from ingest.records import UsageRecord
     from ingest.services import _encode_record
+    from ingest.writer import PG_EPOCH
 
     assert len(fast) == len(full)
     taken = 0
@@ -289,7 +290,7 @@ def _assert_same_items(fast: list, full: list) -> int:
             continue
         taken += 1
         assert isinstance(theirs, UsageRecord), f"fast path accepted what the full path refuses: {theirs}"
-        names, head, tail, ts, task_id, attempt, model = mine
+        names, head, tail, hour, ts, task_id, attempt, model = mine
         assert names == (
             theirs.team,
             theirs.workload,
@@ -300,6 +301,7 @@ def _assert_same_items(fast: list, full: list) -> int:
         )
         assert head + FAKE_IDS + tail == _encode_record(theirs, FAKE_IDS)
         assert (ts, task_id, attempt, model) == (theirs.ts, theirs.task_id, theirs.attempt, theirs.model)
+        assert PG_EPOCH + timedelta(hours=hour) == theirs.ts.replace(minute=0, second=0, microsecond=0)
     return taken
 
 

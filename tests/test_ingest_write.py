@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 
 from costcenter.models import Endpoint, EndpointKind, LlmModel, Team, Workload
 from costcenter.pg import hash64
@@ -195,3 +195,36 @@ def test_the_command_prints_counts_and_reasons(tmp_path):
     assert f"{path}: 1 accepted, 0 duplicate, 1 rejected" in text
     assert "total: 1 accepted, 0 duplicate, 1 rejected from 1 file(s)" in text
     assert "rejected 1× status: unknown status" in text
+
+
+def test_binary_rows_read_back_as_the_values_they_encode():
+    """encode_row against Postgres itself: every column, NULLs in each nullable one, extremes."""
+    from ingest.writer import COLUMNS, write_rows
+
+    ts = datetime(2026, 11, 2, 10, 15, 0, 123456, tzinfo=UTC)
+    rows = [
+        (ts, -(2**63), 2**63 - 1, 7, None, None, 3, None, None, 0, 0, 0, None, None, None, None, 1, None, False, "t-é"),
+        (ts, 1, 2, 7, 1, 2, 3, 4, 5, 10_000_000, 9, 8, 7, 2**31 - 1, 6, 5, 32_767, 599, True, "x" * 256),
+        (datetime(2015, 1, 1, tzinfo=UTC), 3, -4, 7, 1, None, 3, 4, None, 1, 2, 1, None, 0, None, 3, 2, 200, True, "t"),
+    ]  # fmt: skip
+    months = {row[0] for row in rows}
+    with transaction.atomic():
+        assert write_rows(rows, months=months) == 3
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(COLUMNS)} FROM ingest_attempt ORDER BY key_hash")  # noqa: S608
+        assert cursor.fetchall() == sorted(rows, key=lambda row: row[1])
+
+
+def test_a_batch_with_one_stored_key_falls_back_and_counts_exactly(tmp_path):
+    """New rows are COPied straight into the table; one duplicate sends the batch through staging."""
+    source = source_for("files")
+    first = write_jsonl(tmp_path / "a.jsonl", [canonical(i) for i in range(15)])
+    assert ingest_path(first, source=source).accepted == 15
+    # Batches of 20: the first holds 19 new rows and one stored key, the second 10 new rows.
+    mixed = write_jsonl(tmp_path / "b.jsonl", [canonical(i) for i in range(14, 44)])
+    result = ingest_path(mixed, source=source)
+    assert (result.accepted, result.duplicate) == (29, 1)
+    assert Attempt.objects.count() == 44
+    assert DirtyHour.objects.count() == len(
+        {row.replace(minute=0, second=0) for row in Attempt.objects.values_list("ts", flat=True)}
+    )

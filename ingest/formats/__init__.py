@@ -96,7 +96,8 @@ def iter_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -
         if line_no == 1 and line.startswith(_UTF8_BOM):
             line = line[len(_UTF8_BOM) :]
         try:
-            line.decode("utf-8")
+            if not line.isascii():  # ASCII is valid UTF-8; isascii() is much cheaper than decode()
+                line.decode("utf-8")
         except UnicodeDecodeError as exc:
             reason = f"line is not valid UTF-8 (bad byte at column {exc.start + 1})"
             yield line_no, reject(f"line {line_no}", reason, excerpt_of_raw(line[:400])), offset

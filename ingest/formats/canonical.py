@@ -51,7 +51,7 @@ def iter_records(
 
         fast = plain_row_parser(defaults, now)
     for item in iter_json_values(stream, fast=fast):
-        if type(item) is tuple and len(item) == 7:  # a fast row
+        if type(item) is tuple and len(item) == 8:  # a fast row (canonical_fast.FastRow)
             yield item
             continue
         if isinstance(item, Reject):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 
@@ -36,7 +36,7 @@ from ingest.validate import (
     MAX_TOKENS_PER_ATTEMPT,
     pick,
 )
-from ingest.writer import COLUMNS, PG_EPOCH, ROW_HEAD, encode_tail
+from ingest.writer import _TAIL_PACKERS, COLUMNS, MICROS_PER_HOUR, PG_EPOCH, ROW_HEAD, tail_packer
 from ingest.writer import ONE_MICROSECOND as _US
 
 
@@ -46,24 +46,35 @@ class FastRow(NamedTuple):
     names: tuple  # (team, workload, model, model_version, endpoint, error_type): ids looked up later
     head: bytes  # field count, ts, key hash, task hash
     tail: bytes  # tokens, timings, attempt, http status, succeeded, task id
-    ts: datetime  # for the partition month, and the excerpt if the dimensions refuse it
+    hour: int  # hours since writer.PG_EPOCH: the partition to create, the hour to mark dirty
+    ts: datetime  # for the excerpt, should the dimensions refuse the record
     task_id: str
     attempt: int
     model: str
 
 
-# Unknown fields are skipped; a field of the wrong JSON type fails the decode (-> full path).
+# Unknown fields are skipped. A field of the wrong JSON type, or out of the range a plain record
+# has, fails the decode in C (-> full path). Text lengths are bounded before stripping, which
+# only sends a few more lines (padded ones) to the full path, never fewer.
+_Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT32)]
+_Tokens = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS_PER_ATTEMPT)]
+_Attempt = Annotated[int, msgspec.Meta(ge=1, le=MAX_ATTEMPT)]
+_HttpStatus = Annotated[int, msgspec.Meta(ge=100, le=599)]
+_Id = Annotated[str, msgspec.Meta(max_length=MAX_ID_CHARS)]
+_Name = Annotated[str, msgspec.Meta(max_length=MAX_DIMENSION_CHARS)]
+
+
 class _PromptDetails(msgspec.Struct):
-    cached_tokens: int | None = None
+    cached_tokens: _Count | None = None
 
 
 class _CompletionDetails(msgspec.Struct):
-    reasoning_tokens: int | None = None
+    reasoning_tokens: _Count | None = None
 
 
 class _Usage(msgspec.Struct):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    prompt_tokens: _Tokens | None = None
+    completion_tokens: _Tokens | None = None
     prompt_tokens_details: _PromptDetails | None = None
     completion_tokens_details: _CompletionDetails | None = None
     # Present at all (even null) may mean a Responses API usage object: the full path decides.
@@ -71,21 +82,21 @@ class _Usage(msgspec.Struct):
 
 
 class _Canonical(msgspec.Struct):
-    task_id: str | None = None
-    attempt: int | None = None
-    request_id: str | None = None
+    task_id: _Id | None = None
+    attempt: _Attempt | None = None
+    request_id: _Id | None = None
     ts: str | None = None
-    model: str | None = None
-    model_version: str | None = None
-    endpoint: str | None = None
-    workload: str | None = None
-    team: str | None = None
+    model: _Name | None = None
+    model_version: _Name | None = None
+    endpoint: _Name | None = None
+    workload: _Name | None = None
+    team: _Name | None = None
     status: str | None = None
-    http_status: int | None = None
+    http_status: _HttpStatus | None = None
     error_type: str | None = None
-    latency_ms: int | None = None
-    ttft_ms: int | None = None
-    queue_wait_ms: int | None = None
+    latency_ms: _Count | None = None
+    ttft_ms: _Count | None = None
+    queue_wait_ms: _Count | None = None
     usage: _Usage | None = None
 
 
@@ -95,24 +106,30 @@ _FIELD_COUNT = len(COLUMNS)
 def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes], tuple | None] | None:
     """A function turning one JSONL line into a fast row (or None: take the full path).
 
-    None instead of a function when a file default is itself unusual (a control character):
-    such a run is rare and takes the full path throughout.
+    None instead of a function when a file default is itself unusual (a control character, more
+    than the length a name may have): such a run is rare and takes the full path throughout.
     """
     given = [
         value for value in (defaults.team, defaults.workload, defaults.endpoint, defaults.model) if value
     ]
-    if any(type(value) is not str or _CONTROL.search(value) for value in given):
+    if any(
+        type(value) is not str or _CONTROL.search(value) or len(value) > MAX_DIMENSION_CHARS
+        for value in given
+    ):
         return None
     default_model, default_endpoint = pick(defaults.model), pick(defaults.endpoint)
     default_workload, default_team = pick(defaults.workload), pick(defaults.team)
     latest = now + FUTURE_SLACK
     decode = msgspec.json.Decoder(_Canonical).decode
     decode_error = msgspec.DecodeError
+    unset = msgspec.UNSET
     blake2b = hashlib.blake2b
     fromisoformat = datetime.fromisoformat
     pack_head = ROW_HEAD.pack
+    packers = _TAIL_PACKERS
+    status_words = _STATUS_WORDS
 
-    def parse(line: bytes) -> tuple | None:  # noqa: C901 - one straight line of checks, on purpose
+    def parse(line: bytes) -> tuple | None:
         try:
             record = decode(line)
         except decode_error:
@@ -124,7 +141,7 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
                 return None
             status = "success" if 200 <= http_status < 300 else "failure"
         else:
-            status = _STATUS_WORDS.get(status)  # the exact lower-case words only; others: full path
+            status = status_words.get(status)  # the exact lower-case words only; others: full path
             if status is None:
                 return None
         usage = record.usage
@@ -134,9 +151,9 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
             prompt = completion = cached = 0
             reasoning = None
         else:
-            if usage.input_tokens is not msgspec.UNSET:
-                return None
             prompt = usage.prompt_tokens
+            if prompt is None or usage.input_tokens is not unset:
+                return None
             completion = usage.completion_tokens
             if completion is None:
                 completion = 0
@@ -146,6 +163,12 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
                 cached = 0
             details = usage.completion_tokens_details
             reasoning = details.reasoning_tokens if details is not None else None
+            if (
+                prompt + completion > MAX_TOKENS_PER_ATTEMPT
+                or cached > prompt
+                or (reasoning is not None and reasoning > completion)
+            ):
+                return None
         request_id = record.request_id
         attempt = record.attempt
         if attempt is None:
@@ -157,7 +180,6 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
         model = record.model
         if model is None or not model.strip():
             model = default_model
-        model_version = record.model_version
         endpoint = record.endpoint
         if endpoint is None or not endpoint.strip():
             endpoint = default_endpoint
@@ -167,6 +189,7 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
         team = record.team
         if team is None or not team.strip():
             team = default_team
+        model_version = record.model_version
         error_type = record.error_type
         if ts is None or task_id is None or model is None:
             return None
@@ -177,39 +200,11 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
             if _CONTROL.search("\u241f".join(text for text in texts if text is not None)):
                 return None
         task = task_id.strip()
-        model = model.strip()
-        if not task or len(task) > MAX_ID_CHARS or not model or len(model) > MAX_DIMENSION_CHARS:
+        if not task:
             return None
+        model = model.strip()
         if request_id is not None:
             request_id = request_id.strip()
-            if len(request_id) > MAX_ID_CHARS:
-                return None
-        model_version = model_version.strip() if model_version is not None else ""
-        endpoint = endpoint.strip() if endpoint is not None else ""
-        workload = workload.strip() if workload is not None else ""
-        team = team.strip() if team is not None else ""
-        if (
-            len(model_version) > MAX_DIMENSION_CHARS
-            or len(endpoint) > MAX_DIMENSION_CHARS
-            or len(workload) > MAX_DIMENSION_CHARS
-            or len(team) > MAX_DIMENSION_CHARS
-            or not 1 <= attempt <= MAX_ATTEMPT
-            or prompt is None
-            or not 0 <= prompt <= MAX_TOKENS_PER_ATTEMPT
-            or not 0 <= completion <= MAX_TOKENS_PER_ATTEMPT
-            or prompt + completion > MAX_TOKENS_PER_ATTEMPT
-            or not 0 <= cached <= prompt
-            or (reasoning is not None and not 0 <= reasoning <= completion)
-        ):
-            return None
-        latency, ttft, queue_wait = record.latency_ms, record.ttft_ms, record.queue_wait_ms
-        if (
-            (latency is not None and not 0 <= latency <= MAX_INT32)
-            or (ttft is not None and not 0 <= ttft <= MAX_INT32)
-            or (queue_wait is not None and not 0 <= queue_wait <= MAX_INT32)
-            or (http_status is not None and not 100 <= http_status <= 599)
-        ):
-            return None
         try:
             parsed = fromisoformat(ts.strip())
             if parsed.tzinfo is None or parsed.utcoffset() is None:
@@ -219,19 +214,22 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
             return None
         if when < EARLIEST_TS or when > latest:
             return None
-        error_kind = error_type.strip()[:MAX_DIMENSION_CHARS] or None if error_type is not None else None
         key = request_id if request_id else f"{task}#{attempt}"
         task_bytes = task.encode()
+        micros = (when - PG_EPOCH) // _US
         head = pack_head(
             _FIELD_COUNT,
             8,
-            (when - PG_EPOCH) // _US,
+            micros,
             8,
             blake2b(key.encode(), digest_size=8).digest(),
             8,
             blake2b(task_bytes, digest_size=8).digest(),
         )
-        tail = encode_tail(
+        latency, ttft, queue_wait = record.latency_ms, record.ttft_ms, record.queue_wait_ms
+        nulls = (reasoning is None, latency is None, ttft is None, queue_wait is None, http_status is None)
+        pack = packers.get(nulls) or tail_packer(nulls)
+        tail = pack(
             prompt,
             completion,
             cached,
@@ -242,9 +240,16 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
             attempt,
             http_status,
             status == "success",
-            task_bytes,
+            len(task_bytes),
         )
-        names = (team, workload, model, model_version, endpoint, error_kind)
-        return (names, head, tail, when, task, attempt, model)
+        names = (
+            team.strip() if team is not None else "",
+            workload.strip() if workload is not None else "",
+            model,
+            model_version.strip() if model_version is not None else "",
+            endpoint.strip() if endpoint is not None else "",
+            error_type.strip()[:MAX_DIMENSION_CHARS] or None if error_type is not None else None,
+        )
+        return (names, head, tail + task_bytes, micros // MICROS_PER_HOUR, when, task, attempt, model)
 
     return parse
