@@ -4,9 +4,11 @@ model × hardware matrix and the cost-change decomposition. One view per endpoin
 Who sees what:
 
 * Catalog objects (models, pools, endpoints) and prices are org-wide reference data: every
-  signed-in caller reads them; only org admins write them, through a browser session (with CSRF)
-  or a token that is not read-only. Price writes and deletes mark the affected hours for
-  recomputation (``costcenter.reprice`` signals), like the admin and the YAML loader.
+  signed-in caller reads them (any token or session); only org admins write them, and only
+  through a signed-in browser session (with CSRF). No API token writes the catalog: ``read``
+  tokens read and ``ingest`` tokens write usage, so a leaked gateway token can never change
+  prices. Price writes and deletes mark the affected hours for recomputation
+  (``costcenter.reprice`` signals), like the admin and the YAML loader.
 * Teams, raw attempts, the matrix and the cost change are scoped to the caller's teams (org-wide
   viewers see all); another team's object answers 404, exactly like a missing one.
 * Ingestion sources and rejects, and GPU aggregates, describe shared infrastructure: org-wide
@@ -46,7 +48,6 @@ from costcenter.models import (
     Pool,
     Team,
     TokenPrice,
-    TokenScope,
     Workload,
 )
 
@@ -57,17 +58,24 @@ ID = OpenApiParameter("id", {"type": "integer", "minimum": 0}, OpenApiParameter.
 
 
 class AdminWrite(BasePermission):
-    """Reads: any signed-in caller. Writes: org admins, by session or a token that is not read-only."""
+    """Reads: any signed-in caller. Writes: org admins signed in with a session, never a token.
 
-    message = "Changing the catalog needs an org admin and a token that is not read-only."
+    Token scopes are ``read`` and ``ingest`` (usage); neither covers the price book, whoever owns
+    the token — an org admin's gateway token that leaks must not be able to reprice history.
+    Session writes go through DRF's CSRF check.
+    """
+
+    message = (
+        "Changing the catalog needs an org admin signed in to the web app; "
+        "API tokens only read it ('ingest' tokens write usage, not prices)."
+    )
 
     def has_permission(self, request, view) -> bool:
         if not (request.user and request.user.is_authenticated):
             return False
         if request.method in SAFE_METHODS:
             return True
-        token = request.auth if isinstance(request.auth, ApiToken) else None
-        if token is not None and token.scope == TokenScope.READ:
+        if isinstance(request.auth, ApiToken):
             return False
         return org_role(request.user) == OrgRole.ADMIN
 
@@ -186,6 +194,11 @@ class DeletableDetailApi(CatalogDetailApi):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+WRITE_RULE = (
+    "Org admins signed in to the web app (a session, with CSRF) only; API tokens cannot write the catalog."
+)
+
+
 def _list_schema(output, input_):
     return extend_schema(
         methods=["GET"], responses=output(many=True), description="Read: any signed-in caller."
@@ -193,7 +206,7 @@ def _list_schema(output, input_):
         methods=["POST"],
         request=input_,
         responses={201: output, **UTC_ERRORS},
-        description="Org admins only; not with a read-only token.",
+        description=WRITE_RULE,
     )
 
 
@@ -205,10 +218,18 @@ def _detail_schema(output, input_, *, delete=False):
             parameters=[ID],
             request=input_,
             responses={200: output, **UTC_ERRORS, **NOT_FOUND},
+            description=WRITE_RULE,
         ),
     ]
     if delete:
-        schemas.append(extend_schema(methods=["DELETE"], parameters=[ID], responses={204: None, **NOT_FOUND}))
+        schemas.append(
+            extend_schema(
+                methods=["DELETE"],
+                parameters=[ID],
+                responses={204: None, **NOT_FOUND},
+                description=WRITE_RULE,
+            )
+        )
     return schemas
 
 

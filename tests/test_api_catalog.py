@@ -23,23 +23,24 @@ pytestmark = pytest.mark.django_db
 world = support.world  # the shared fixture
 
 
-def admin(world):
-    return bearer(world["root"], "ingest")
+@pytest.fixture
+def root(client, world):
+    """An org admin signed in: catalog writes take a session (with CSRF), never a token."""
+    client.force_login(world["root"])
+    return client
 
 
-def test_an_admin_adds_a_model_and_prices_and_the_hours_are_marked_for_recompute(client, world):
-    created = client.post(
+def test_an_admin_adds_a_model_and_prices_and_the_hours_are_marked_for_recompute(root):
+    created = root.post(
         "/api/v1/catalog/models/",
         {"name": "llama", "version": "v2"},
         content_type="application/json",
-        **admin(world),
     )
     assert created.status_code == 201 and created.json()["name"] == "llama"
-    duplicate = client.post(
+    duplicate = root.post(
         "/api/v1/catalog/models/",
         {"name": "llama", "version": "v2"},
         content_type="application/json",
-        **admin(world),
     )
     assert duplicate.status_code == 400
     RepriceHour.objects.all().delete()
@@ -50,64 +51,62 @@ def test_an_admin_adds_a_model_and_prices_and_the_hours_are_marked_for_recompute
         "input_per_mtok": "0.30",
         "output_per_mtok": "1.20",
     }
-    response = client.post(
-        "/api/v1/catalog/prices/tokens/", price, content_type="application/json", **admin(world)
+    response = root.post(
+        "/api/v1/catalog/prices/tokens/",
+        price,
+        content_type="application/json",
     )
     assert response.status_code == 201, response.json()
     assert response.json()["model_name"] == "mini" and response.json()["input_per_mtok"] == "0.300000000"
     assert RepriceHour.objects.filter(hour=H).exists()  # the backdated price reprices hour H
-    overlap = client.post(
+    overlap = root.post(
         "/api/v1/catalog/prices/tokens/",
         {**price, "effective_from": "2026-11-02T10:45:00Z"},
         content_type="application/json",
-        **admin(world),
     )
     assert overlap.status_code == 400
-    negative = client.post(
+    negative = root.post(
         "/api/v1/catalog/prices/tokens/",
         {**price, "effective_from": "2027-01-01T00:00:00Z", "input_per_mtok": "-1"},
         content_type="application/json",
-        **admin(world),
     )
     assert negative.status_code == 400
     pk = response.json()["id"]
-    assert client.delete(f"/api/v1/catalog/prices/tokens/{pk}/", **admin(world)).status_code == 204
+    assert root.delete(f"/api/v1/catalog/prices/tokens/{pk}/").status_code == 204
 
 
-def test_an_admin_edits_a_pool_and_an_endpoint_with_the_catalogs_rules(client, world):
+def test_an_admin_edits_a_pool_and_an_endpoint_with_the_catalogs_rules(root):
     pool = Pool.objects.get(name="h100")
-    changed = client.patch(
-        f"/api/v1/catalog/pools/{pool.pk}/", {"gpu_count": 4}, content_type="application/json", **admin(world)
+    changed = root.patch(
+        f"/api/v1/catalog/pools/{pool.pk}/",
+        {"gpu_count": 4},
+        content_type="application/json",
     )
     assert changed.status_code == 200 and changed.json()["gpu_count"] == 4
     assert sorted(changed.json()["endpoints"]) == ["vllm-1", "vllm-2"]
-    bad_regex = client.patch(
+    bad_regex = root.patch(
         f"/api/v1/catalog/pools/{pool.pk}/",
         {"prometheus_match": {"Hostname": "("}},
         content_type="application/json",
-        **admin(world),
     )
     assert bad_regex.status_code == 400 and "regular expression" in str(bad_regex.json())
     # A GPU-pool endpoint needs a pool (the model's clean(), as in the admin).
-    bad = client.post(
+    bad = root.post(
         "/api/v1/catalog/endpoints/",
         {"name": "e", "kind": "gpu_pool"},
         content_type="application/json",
-        **admin(world),
     )
     assert bad.status_code == 400
-    good = client.post(
+    good = root.post(
         "/api/v1/catalog/endpoints/",
         {"name": "e", "kind": "gpu_pool", "pool": "mi300"},
         content_type="application/json",
-        **admin(world),
     )
     assert good.status_code == 201 and good.json()["vendor"] == "amd"
-    gpu = client.post(
+    gpu = root.post(
         "/api/v1/catalog/prices/gpu-hours/",
         {"pool": "h100", "effective_from": "2026-06-01T00:00:00Z", "gpu_hour_price": "2"},
         content_type="application/json",
-        **admin(world),
     )
     assert gpu.status_code == 201 and GpuHourPrice.objects.filter(pool=pool).count() == 2
 

@@ -1,15 +1,17 @@
 """Every endpoint of the REST API refuses anonymous callers; two teams' tokens never see each
 other's rows or objects (BOLA: another team's object is a 404, like a missing one); shared
-infrastructure is for org-wide viewers only; writes refuse read-scoped tokens and non-admins."""
+infrastructure is for org-wide viewers only; catalog writes are for org admins' sessions (with CSRF)
+only, never for a token."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
-from costcenter.models import LlmModel, Pool, TokenPrice
+from costcenter.models import GpuHourPrice, LlmModel, Pool, TokenPrice
 from ingest.models import RejectedRecord, Source
 from tests import test_api_support as support
 from tests.test_api_support import RANGE, bearer, body
@@ -148,35 +150,73 @@ WRITES = [
 ]  # fmt: skip
 
 
+def _signed_in(user) -> Client:
+    """A browser session that, like a real one, must send the CSRF token with every write."""
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(user)
+    assert browser.get(reverse("cc-tokens")).status_code == 200  # a page with a form sets the CSRF cookie
+    return browser
+
+
+def _session_write(browser: Client, method, path, payload, *, csrf=True):
+    headers = {"HTTP_X_CSRFTOKEN": browser.cookies["csrftoken"].value} if csrf else {}
+    return getattr(browser, method)(path, payload, content_type="application/json", **headers)
+
+
 @pytest.mark.parametrize(("method", "path", "payload"), WRITES)
-def test_writes_need_an_org_admin_and_a_token_that_is_not_read_only(client, world, method, path, payload):
-    def call(user, scope):
+def test_catalog_writes_are_for_org_admins_signed_in_never_for_tokens(
+    client, world, settings, method, path, payload
+):
+    def with_token(user, scope):
         return getattr(client, method)(path, payload, content_type="application/json", **bearer(user, scope))
 
-    assert call(world["root"], "read").status_code == 403  # an admin, but a read-only token
-    assert call(world["alice"], "ingest").status_code == 403  # not an org admin
-    assert call(world["carol"], "ingest").status_code == 403  # an org-wide viewer only reads
-    assert call(world["root"], "ingest").status_code == 201
+    settings.CSRF_COOKIE_HTTPONLY = False  # read the cookie like the page's script would
+    created_before = LlmModel.objects.count() + GpuHourPrice.objects.count()
+    # Anonymous: 401 with the Bearer challenge.
+    anonymous = getattr(client, method)(path, payload, content_type="application/json")
+    assert anonymous.status_code == 401 and anonymous["WWW-Authenticate"].startswith("Bearer")
+    # No token writes the catalog, whoever owns it: the org admin's read and ingest tokens, a team
+    # editor's write-capable (ingest) token, an org-wide viewer's.
+    assert with_token(world["root"], "read").status_code == 403
+    refused = with_token(world["root"], "ingest")
+    assert refused.status_code == 403 and "API tokens only read it" in refused.json()["detail"]
+    assert with_token(world["alice"], "ingest").status_code == 403  # a team editor
+    assert with_token(world["carol"], "ingest").status_code == 403  # an org-wide viewer
+    # Sessions: a team editor and an org-wide viewer are refused; an org admin without the CSRF
+    # token too (a forged cross-site request); the org admin with it succeeds.
+    assert _session_write(_signed_in(world["alice"]), method, path, payload).status_code == 403
+    assert _session_write(_signed_in(world["carol"]), method, path, payload).status_code == 403
+    admin = _signed_in(world["root"])
+    forged = _session_write(admin, method, path, payload, csrf=False)
+    assert forged.status_code == 403 and "CSRF" in forged.json()["detail"]
+    assert LlmModel.objects.count() + GpuHourPrice.objects.count() == created_before  # nothing written
+    assert _session_write(admin, method, path, payload).status_code == 201
+    assert LlmModel.objects.count() + GpuHourPrice.objects.count() == created_before + 1
 
 
-def test_detail_writes_refuse_read_tokens(client, world):
+def test_catalog_detail_writes_refuse_every_token_and_non_admins(client, world):
     price = TokenPrice.objects.first()
     model = LlmModel.objects.get(name="mini")
-    root_read = bearer(world["root"], "read")
     patch = {"family": "x"}
-    assert (
-        client.patch(
-            f"/api/v1/catalog/models/{model.pk}/", patch, content_type="application/json", **root_read
-        ).status_code
-        == 403
-    )
-    assert client.delete(f"/api/v1/catalog/prices/tokens/{price.pk}/", **root_read).status_code == 403
-    assert (
-        client.delete(
-            f"/api/v1/catalog/prices/tokens/{price.pk}/", **bearer(world["alice"], "ingest")
-        ).status_code
-        == 403
-    )
+    for user, scope in ((world["root"], "read"), (world["root"], "ingest"), (world["alice"], "ingest")):
+        assert (
+            client.patch(
+                f"/api/v1/catalog/models/{model.pk}/",
+                patch,
+                content_type="application/json",
+                **bearer(user, scope),
+            ).status_code
+            == 403
+        )
+        assert (
+            client.delete(f"/api/v1/catalog/prices/tokens/{price.pk}/", **bearer(user, scope)).status_code
+            == 403
+        )
+    bob = Client()
+    bob.force_login(world["bob"])  # a team viewer's session
+    assert bob.delete(f"/api/v1/catalog/prices/tokens/{price.pk}/").status_code == 403
+    model.refresh_from_db()
+    assert model.family != "x"
     assert TokenPrice.objects.filter(pk=price.pk).exists()
     assert (
         client.get(f"/api/v1/catalog/models/{model.pk + 10_000}/", **bearer(world["alice"])).status_code
