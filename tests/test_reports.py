@@ -378,6 +378,9 @@ def test_scopes_follow_roles(people, smtp, no_browser):
     subscribe(people["carol"], scope="org")
     subscribe(people["bob"])
     subscribe(people["dave"], scope="org")  # not a manager: falls back to his (no) teams
+    gone = subscribe(people["alice"])
+    gone.user.is_active = False  # left the company: no more reports
+    gone.user.save()
     with time_machine.travel(MONDAY_0905_BERLIN, tick=False):
         assert "3 sent" in send_reports()
     texts = {

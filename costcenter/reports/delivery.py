@@ -38,7 +38,8 @@ MAX_ATTEMPTS = 8  # with the backoff: about two hours of retries
 
 
 def subscriptions(*, usernames=None):
-    rows = Subscription.objects.filter(active=True).select_related("user")
+    # A deactivated account receives nothing, whatever its subscriptions say.
+    rows = Subscription.objects.filter(active=True, user__is_active=True).select_related("user")
     if usernames:
         rows = rows.filter(user__username__in=usernames)
     return rows.order_by("pk")
