@@ -276,3 +276,59 @@ def test_alert_events_are_listed_with_notifications_and_acknowledged_by_team_mem
     response = call(client, bob, "post", ack)  # a viewer is a member: he may acknowledge
     assert response.status_code == 200 and response.json()["acknowledged_by"] == "bob"
     assert call(client, people["carol"], "post", ack).status_code == 403  # sees it, is no member
+
+
+def test_team_roles_decide_who_changes_a_teams_budgets_and_rules(client, people):
+    """Team editors and admins manage their team's budgets and rules; a team viewer reads them
+    and gets 403 on every write; only org admins own org-wide (team-less) ones."""
+    tess = make_user("tess", teams={"netops": TeamRole.ADMIN})
+    bob, alice, root = people["bob"], people["alice"], people["root"]
+    rule_body = {"name": "r", "kind": "retry_rate_above", "threshold": "5", "window_hours": 6}
+    # A team admin: the whole cycle on their team's budget and rule.
+    made = call(client, tess, "post", reverse("cc-api-budgets"), BODY)
+    assert made.status_code == 201
+    budget_url = reverse("cc-api-budget", kwargs={"pk": made.json()["id"]})
+    assert call(client, tess, "patch", budget_url, {"amount": "9"}).json()["amount"] == "9.000000000000"
+    rule = call(client, tess, "post", reverse("cc-api-alert-rules"), rule_body | {"team": "netops"})
+    assert rule.status_code == 201
+    assert (
+        call(
+            client, tess, "delete", reverse("cc-api-alert-rule", kwargs={"pk": rule.json()["id"]})
+        ).status_code
+        == 204
+    )
+    # A team viewer sees the team's budget and rule but changes neither.
+    theirs = budget_of("support", "support-monthly")
+    their_rule = AlertRule.objects.create(
+        name="s",
+        team=Team.objects.get(slug="support"),
+        kind="retry_rate_above",
+        threshold=5,
+        signing_secret="x",
+    )
+    for url in (
+        reverse("cc-api-budget", kwargs={"pk": theirs.pk}),
+        reverse("cc-api-alert-rule", kwargs={"pk": their_rule.pk}),
+    ):
+        assert call(client, bob, "get", url, scope="read").status_code == 200
+        assert call(client, bob, "patch", url, {"name": "mine"}).status_code == 403
+        assert call(client, bob, "delete", url).status_code == 403
+    assert Budget.objects.get(pk=theirs.pk).name == "support-monthly"
+    assert AlertRule.objects.get(pk=their_rule.pk).name == "s"
+    # A team editor cannot turn a team budget into an org-wide one, nor create an org-wide rule.
+    assert call(client, alice, "patch", budget_url, {"team": None}).status_code == 403
+    assert Budget.objects.get(pk=made.json()["id"]).team.slug == "netops"
+    assert (
+        call(client, alice, "post", reverse("cc-api-alert-rules"), rule_body | {"team": None}).status_code
+        == 403
+    )
+    org_rule = call(client, root, "post", reverse("cc-api-alert-rules"), rule_body | {"team": None})
+    assert org_rule.status_code == 201 and org_rule.json()["team"] is None
+    org_rule_url = reverse("cc-api-alert-rule", kwargs={"pk": org_rule.json()["id"]})
+    assert call(client, alice, "get", org_rule_url).status_code == 404  # org-wide: not hers to see
+    # Nobody signed in: 401 before anything else.
+    assert (
+        client.post(reverse("cc-api-alert-rules"), rule_body, content_type="application/json").status_code
+        == 401
+    )
+    assert AlertRule.objects.filter(name="r").count() == 1  # only the org admin's
