@@ -54,19 +54,31 @@ def ingest_usage_file(source_id: int, path: str) -> dict:
     return {"accepted": result.accepted, "duplicate": result.duplicate, "rejected": result.rejected}
 
 
+# Bounds of the daily partition maintenance (Postgres interval syntax).
+MAINTENANCE_LOCK_TIMEOUT = "5s"
+MAINTENANCE_STATEMENT_TIMEOUT = "60s"
+
+
 @shared_task(name="ingest.create_partitions_ahead", expires=3600)
 def create_partitions_ahead() -> list[str]:
     """Monthly partitions: the next ones created ahead, the expired ones dropped (retention).
     Also forgets the start counts of week-old tasks (nothing redelivers them any more)."""
     from django.conf import settings
+    from django.db import connection, transaction
 
     from ingest.partitions import drop_expired_partitions, ensure_partitions_ahead
     from ingest.task_starts import prune
 
     now = timezone.now()
     prune(now=now)
-    drop_expired_partitions(now=now, keep_months=settings.RAW_RETENTION_MONTHS)
-    return ensure_partitions_ahead(now=now)
+    # DROP and CREATE … PARTITION OF lock the whole raw table. Waiting in the lock queue behind a
+    # long transaction would stall every ingest batch queued behind us, so give up quickly
+    # instead: the task runs again tomorrow, with two months of partitions still ahead.
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [MAINTENANCE_LOCK_TIMEOUT])
+        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [MAINTENANCE_STATEMENT_TIMEOUT])
+        drop_expired_partitions(now=now, keep_months=settings.RAW_RETENTION_MONTHS)
+        return ensure_partitions_ahead(now=now)
 
 
 @shared_task(name="ingest.pull_prometheus_metrics", expires=290)
