@@ -26,7 +26,7 @@ test: $(VENV)/.installed
 ## ones (`pytest -m drill`) plus drills that live beside their feature's tests.
 DRILLS := tests/test_ingest_crash.py tests/test_drills_celery.py tests/test_scaleout.py \
 	tests/test_drills_postgres.py tests/test_drills_prometheus.py tests/test_drills_delivery.py \
-	tests/test_drills_home.py tests/test_costing_crash.py \
+	tests/test_drills_home.py tests/test_drills_maintenance.py tests/test_costing_crash.py \
 	tests/test_prom_integration.py::test_outage_during_a_pull_is_backfilled_by_the_next \
 	tests/test_budget_alerts.py::test_the_webhook_receiver_down_then_up_gets_each_message_exactly_once \
 	tests/test_env.py::test_an_unwritable_costcenter_home_is_reported_clearly \
