@@ -7,8 +7,13 @@ browser tab can never be tricked into posting usage.
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 
+from django.conf import settings
+from django.core.cache import cache as default_cache
+from django.core.cache.backends.redis import RedisCache
 from django.core.exceptions import ImproperlyConfigured
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
@@ -20,6 +25,13 @@ from rest_framework.throttling import SimpleRateThrottle
 from costcenter.access import org_role
 from costcenter.models import ApiToken, Membership, OrgRole, TokenScope
 from costcenter.tokens import api_token_check
+
+try:
+    from redis.exceptions import RedisError
+except ImportError:  # redis is a production extra; without it there is no shared throttle cache
+    RedisError = OSError
+
+logger = logging.getLogger(__name__)
 
 BEARER_CHALLENGE = 'Bearer realm="costcenter"'
 
@@ -86,15 +98,38 @@ def writable_teams(user) -> set[str] | None:
 _RATE = re.compile(r"^\d+/(s|sec|second|m|min|minute|h|hour|d|day)$")
 
 
+@functools.cache
+def _shared_cache(url: str) -> RedisCache:
+    """One Redis cache client per URL and process (it pools its connections)."""
+    return RedisCache(url, {"KEY_PREFIX": "costcenter-throttle"})
+
+
 class TokenRateThrottle(SimpleRateThrottle):
     """Requests per API token (per user for sessions), rate from ``API_THROTTLE_RATE``.
 
-    DRF's counters live in Django's cache: per process with the default local-memory cache, so
-    the effective limit is the rate times the number of web processes unless a shared cache is
-    configured. ``API_THROTTLE_RATE=off`` disables throttling.
+    The counters live in the Redis that ``API_THROTTLE_CACHE_URL`` names, shared by every web
+    process, so the rate is per token whatever the number of processes. Without it they live in
+    Django's default cache — local memory, per process — and the effective limit is the rate
+    times the number of web processes. ``API_THROTTLE_RATE=off`` disables throttling.
+
+    If that Redis cannot be reached the request is let through (and logged): a throttle outage
+    must not stop usage ingestion. DRF reads and writes a counter without a lock, so concurrent
+    requests of one token may overshoot the rate by a few; it is a guard, not a quota.
     """
 
     scope = "api_token"
+
+    @property
+    def cache(self):
+        url = getattr(settings, "API_THROTTLE_CACHE_URL", None)
+        return _shared_cache(url) if url else default_cache
+
+    def allow_request(self, request, view) -> bool:
+        try:
+            return super().allow_request(request, view)
+        except RedisError as error:
+            logger.warning("API throttle skipped: its Redis cannot be reached (%s)", error)
+            return True
 
     def get_rate(self) -> str | None:
         rate = super().get_rate()

@@ -257,6 +257,8 @@ PROMETHEUS_URL = env_str("PROMETHEUS_URL")
 CURRENCY = (env_str("CURRENCY", "USD") or "USD").upper()
 
 # --- REST API --------------------------------------------------------------------------------
+# Throttle counters in this Redis (redis://…), shared by every web process; unset: per process.
+API_THROTTLE_CACHE_URL = env_str("API_THROTTLE_CACHE_URL")
 REST_FRAMEWORK = {
     # Bearer first: its WWW-Authenticate challenge turns unauthenticated API calls into 401s.
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -136,9 +136,46 @@ def test_exports_are_throttled_per_token(client, world, monkeypatch):
     cache.clear()
     monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", {"api_token": "2/min"})
     headers = bearer(world["carol"])
-    codes = [client.get(FOCUS, RANGE, **headers).status_code for _ in range(3)]
-    assert codes == [200, 200, 429]
+    responses = [client.get(FOCUS, RANGE, **headers) for _ in range(3)]
+    assert [response.status_code for response in responses] == [200, 200, 429]
+    # The refusal says when to come back: the oldest of the two requests leaves the minute.
+    assert 1 <= int(responses[2]["Retry-After"]) <= 60
+    assert "throttled" in json.loads(responses[2].content)["detail"].lower()
     assert client.get(FOCUS, RANGE, **bearer(world["carol"])).status_code == 200
+    cache.clear()
+
+
+def test_with_a_shared_redis_the_throttle_counts_per_token_across_processes(
+    client, world, monkeypatch, settings, tmp_path
+):
+    """API_THROTTLE_CACHE_URL: the counters live in a real redis-server on loopback, so a web
+    process that has never seen the token (simulated by dropping everything this process holds:
+    its local cache and its Redis client) still refuses the third request. Unreachable Redis:
+    requests pass (a throttle outage must not stop ingestion)."""
+    import redis
+
+    from costcenter import api_auth
+    from costcenter.api_auth import TokenRateThrottle
+    from tests.drill_helpers import RedisServer, require_redis
+
+    server = RedisServer(require_redis(), tmp_path / "redis").start()
+    try:
+        settings.API_THROTTLE_CACHE_URL = server.url
+        monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", {"api_token": "2/min"})
+        api_auth._shared_cache.cache_clear()
+        headers = bearer(world["carol"])
+        assert [client.get(FOCUS, RANGE, **headers).status_code for _ in range(2)] == [200, 200]
+        keys = redis.Redis.from_url(server.url).keys("*throttle*")
+        assert len(keys) == 1 and b"token-" in keys[0]  # one counter, in Redis, for that token
+        cache.clear()
+        api_auth._shared_cache.cache_clear()  # "another process": nothing local survives
+        refused = client.get(FOCUS, RANGE, **headers)
+        assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
+    finally:
+        server.stop()
+    api_auth._shared_cache.cache_clear()
+    assert client.get(FOCUS, RANGE, **headers).status_code == 200  # Redis gone: let through
+    api_auth._shared_cache.cache_clear()
     cache.clear()
 
 
