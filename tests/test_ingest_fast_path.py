@@ -370,3 +370,15 @@ def test_the_fast_path_takes_the_benchmarks_lines_and_escaped_lines_only_when_cl
     control = line.replace(b'"qa"', b'"q\\ta"')  # a tab inside a name: the full path refuses it
     fast, full = _fast_and_full(control, FileDefaults())
     assert _assert_same_items(fast, full) == 0 and "control characters" in full[0].reason
+
+
+def test_deeply_nested_lines_take_the_full_path():
+    """msgspec raises RecursionError (not a decode error) past ~1,000 levels; orjson reads up to 1,024."""
+    from ingest.records import FileDefaults
+
+    for depth in (500, 1_000, 1_100, 20_000):
+        line = json.dumps(
+            dict(task_id="t", attempt=1, ts="2026-11-02T10:00:00Z", model="m", status="failure")
+        )
+        deep = line[:-1].encode() + b', "x": ' + b"[" * depth + b"]" * depth + b"}"
+        _assert_same_items(*_fast_and_full(deep, FileDefaults()))

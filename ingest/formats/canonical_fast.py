@@ -132,7 +132,7 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
     def parse(line: bytes) -> tuple | None:
         try:
             record = decode(line)
-        except decode_error:
+        except (decode_error, RecursionError):  # deep nesting raises RecursionError, not DecodeError
             return None
         status = record.status
         http_status = record.http_status
