@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import urllib.request
 from decimal import ROUND_HALF_EVEN, Decimal
 
 import pyarrow.parquet as pq
@@ -188,13 +187,44 @@ def live_world(live_server, transactional_db):
     return live_server.url, headers
 
 
-def _download(url: str, headers: dict, path) -> None:
-    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - the loopback live server
-    with urllib.request.urlopen(request) as response, open(path, "wb") as out:  # noqa: S310
-        out.write(response.read())
+def streamed_http_filesystem(headers: dict):
+    """fsspec's HTTP filesystem, adapted so DuckDB can read a streamed export by its URL.
+
+    The same class the README shows. DuckDB asks a file's size before reading and seeks (a
+    Parquet footer is at the end); a streamed export has no Content-Length and no byte ranges, so
+    each URL is fetched once, whole, into memory. ``?`` in the URL starts the query string, not a
+    glob; ``modified`` (for DuckDB's file cache) is now: an export is made per request.
+    """
+    from datetime import UTC, datetime
+
+    from fsspec.implementations.http import HTTPFileSystem
+
+    class StreamedHTTPFileSystem(HTTPFileSystem):
+        def __init__(self, **options):
+            super().__init__(**options)
+            self.bodies: dict[str, bytes] = {}
+
+        def _whole(self, url: str) -> bytes:
+            if url not in self.bodies:
+                self.bodies[url] = self.cat_file(url)
+            return self.bodies[url]
+
+        def glob(self, path, **kwargs):
+            return [path]
+
+        def size(self, path):
+            return len(self._whole(path))
+
+        def open(self, path, mode="rb", **kwargs):
+            return io.BytesIO(self._whole(path))
+
+        def modified(self, path):
+            return datetime.now(UTC)
+
+    return StreamedHTTPFileSystem(headers=headers)
 
 
-def test_pandas_and_duckdb_read_the_csv_and_parquet_exports(live_world, tmp_path):
+def test_pandas_and_duckdb_read_the_csv_and_parquet_exports(live_world):
     import duckdb
     import pandas as pd
 
@@ -212,28 +242,34 @@ def test_pandas_and_duckdb_read_the_csv_and_parquet_exports(live_world, tmp_path
         and str(parquet_frame["ChargePeriodStart"].dt.tz) == "UTC"
     )
 
-    _download(f"{url}&format=csv", headers, tmp_path / "focus.csv")
-    _download(f"{url}&format=parquet", headers, tmp_path / "focus.parquet")
+    # DuckDB reads the server's URLs itself, through fsspec (its httpfs extension is a download).
     con = duckdb.connect()
-    for reader in ("read_csv", "read_parquet"):
-        path = tmp_path / ("focus.csv" if reader == "read_csv" else "focus.parquet")
+    filesystem = streamed_http_filesystem(headers)
+    con.register_filesystem(filesystem)
+    for reader, fmt in (("read_csv", "csv"), ("read_parquet", "parquet")):
         team_spend = con.execute(
             f"SELECT coalesce(x_Team, '(unallocated)') AS team, sum(BilledCost) AS spend "  # noqa: S608
             f"FROM {reader}(?) GROUP BY 1 ORDER BY 1",
-            [str(path)],
+            [f"{url}&format={fmt}"],
         ).fetchall()
         assert [(team, round(float(spend), 5)) for team, spend in team_spend] == [
             ("(unallocated)", 11.0),
             ("a", 3.00036),
             ("b", 8.00154),
         ], reader
-    kinds = con.execute(
-        "DESCRIBE SELECT * FROM read_parquet(?)", [str(tmp_path / "focus.parquet")]
-    ).fetchall()
+    assert sorted(filesystem.bodies) == [f"{url}&format=csv", f"{url}&format=parquet"]  # over HTTP
+    exact = con.execute("SELECT sum(BilledCost) FROM read_parquet(?)", [f"{url}&format=parquet"]).fetchone()
+    assert exact == (Decimal("22.001900000000"),)  # Parquet decimals stay exact in DuckDB
+    kinds = con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [f"{url}&format=parquet"]).fetchall()
     types = {name: kind for name, kind, *_ in kinds}
     assert (
         types["BilledCost"] == "DECIMAL(38,12)" and types["ChargePeriodStart"] == "TIMESTAMP WITH TIME ZONE"
     )
+    # Without the token the server refuses, and so does DuckDB.
+    anonymous = duckdb.connect()
+    anonymous.register_filesystem(streamed_http_filesystem({}))
+    with pytest.raises(duckdb.Error, match="401"):
+        anonymous.execute("SELECT count(*) FROM read_csv(?)", [f"{url}&format=csv"]).fetchall()
 
     costs = pd.read_csv(f"{base}{COSTS}?{query}&group_by=team&format=csv", storage_options=headers)
     assert sorted(costs["team"]) == ["a", "b"]
