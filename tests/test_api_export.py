@@ -15,6 +15,7 @@ from django.core.cache import cache
 
 from costcenter import focus
 from tests import test_api_support as support
+from tests.conftest import ROOT
 from tests.test_api_support import EVIL, RANGE, bearer, body, build_people, build_world
 
 world = support.world  # the shared fixture
@@ -188,40 +189,19 @@ def live_world(live_server, transactional_db):
 
 
 def streamed_http_filesystem(headers: dict):
-    """fsspec's HTTP filesystem, adapted so DuckDB can read a streamed export by its URL.
-
-    The same class the README shows. DuckDB asks a file's size before reading and seeks (a
-    Parquet footer is at the end); a streamed export has no Content-Length and no byte ranges, so
-    each URL is fetched once, whole, into memory. ``?`` in the URL starts the query string, not a
-    glob; ``modified`` (for DuckDB's file cache) is now: an export is made per request.
-    """
-    from datetime import UTC, datetime
-
-    from fsspec.implementations.http import HTTPFileSystem
-
-    class StreamedHTTPFileSystem(HTTPFileSystem):
-        def __init__(self, **options):
-            super().__init__(**options)
-            self.bodies: dict[str, bytes] = {}
-
-        def _whole(self, url: str) -> bytes:
-            if url not in self.bodies:
-                self.bodies[url] = self.cat_file(url)
-            return self.bodies[url]
-
-        def glob(self, path, **kwargs):
-            return [path]
-
-        def size(self, path):
-            return len(self._whole(path))
-
-        def open(self, path, mode="rb", **kwargs):
-            return io.BytesIO(self._whole(path))
-
-        def modified(self, path):
-            return datetime.now(UTC)
-
-    return StreamedHTTPFileSystem(headers=headers)
+    """The README's ``StreamedHTTPFileSystem`` (run from the README itself, so the example there is
+    the code tested here): fsspec's HTTP filesystem adapted so DuckDB reads a streamed export by
+    its URL — no Content-Length and no byte ranges, so each URL is fetched once, whole."""
+    readme = (ROOT / "README.md").read_text()
+    block = next(
+        part.split("```", 1)[0]
+        for part in readme.split("```python\n")[1:]
+        if "class StreamedHTTPFileSystem" in part
+    )
+    definitions = block.split("\ncon = duckdb.connect()", 1)[0]  # the class, not the example's queries
+    namespace: dict = {}
+    exec(compile(definitions, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    return namespace["StreamedHTTPFileSystem"](headers=headers)
 
 
 def test_pandas_and_duckdb_read_the_csv_and_parquet_exports(live_world):
