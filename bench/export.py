@@ -1,6 +1,6 @@
 """Streaming a 10M-row FOCUS export: rows per second and peak memory of the serving process.
 
-    python bench/export.py [--rows 10000000] [--formats csv,parquet]
+    python bench/export.py [--rows 10000000] [--formats csv,ndjson,json,parquet]
 
 Fills ``costcenter_hourlyusage`` with ``--rows`` rollup rows in SQL (30 days × 720 hours × as
 many team/workload/model/endpoint groups as needed; this benchmark is about exporting, not
@@ -9,13 +9,14 @@ costing), then, for each format, starts a **fresh process** that requests
 stack (token authentication, throttling, the size-cap count, the selectors' scoped queryset, a
 server-side cursor, the FOCUS row builder and the streaming writer) and reads the streamed
 response chunk by chunk, keeping nothing. The child reports rows (counted from the output),
-bytes, seconds and its peak RSS (``ru_maxrss``), which is what a web worker would need.
+bytes, wall seconds, its own CPU seconds (user + system: the web worker's work, whatever else
+the machine is doing; Postgres runs in its own processes) and its peak RSS (``ru_maxrss``),
+which is what a web worker would need.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import resource
@@ -41,7 +42,7 @@ from django.db import connection  # noqa: E402
 END = datetime(2026, 11, 29, tzinfo=UTC)
 START = END - timedelta(days=30)
 HOURS = 30 * 24
-TAIL = 16 * 1024 * 1024  # bytes kept from the end of a Parquet stream: its footer
+JSON_ROW_START = b'{"BilledCost":'  # every FOCUS row object of format=json starts so
 COMBOS = [
     ("llama-3.1-70b-instruct-awq", "vllm-h100-a"),
     ("qwen2.5-72b-instruct", "vllm-mi300x-b"),
@@ -154,6 +155,7 @@ def export_child(fmt: str) -> None:
     user = get_user_model().objects.get(username="bench-viewer")
     _, token = api_token_create(user=user, scope="read", name="bench")
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    usage_before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
     response = Client(HTTP_HOST="localhost").get(
         "/api/v1/export/focus/",
@@ -161,22 +163,26 @@ def export_child(fmt: str) -> None:
         HTTP_AUTHORIZATION=f"Bearer {token}",
     )
     assert response.status_code == 200, response.content[:500]
-    size = lines = 0
+    size = lines = json_rows = 0
+    carry = b""  # the end of the previous chunk, so a row start split between chunks is counted
     first_byte = None
-    tail: collections.deque[bytes] = collections.deque()
-    kept = 0
+    last = b""  # Parquet: the last chunk holds the whole footer (the writer sends it on close)
     for chunk in response.streaming_content:
         if first_byte is None:
             first_byte = time.perf_counter() - started
         size += len(chunk)
-        if fmt != "parquet":
+        if fmt == "json":
+            json_rows += (carry + chunk).count(JSON_ROW_START)
+            carry = chunk[-(len(JSON_ROW_START) - 1) :]
+        elif fmt != "parquet":
             lines += chunk.count(b"\n")
-        if fmt == "parquet":  # keep only the last chunks: the footer is at the end
-            tail.append(chunk)
-            kept += len(chunk)
-            while kept - len(tail[0]) >= TAIL:
-                kept -= len(tail.popleft())
+        if fmt == "parquet":
+            last = chunk
     seconds = time.perf_counter() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    # The serving process's peak, taken before this script parses anything of the output.
+    peak_rss_kb = usage.ru_maxrss
+    cpu_seconds = (usage.ru_utime + usage.ru_stime) - (usage_before.ru_utime + usage_before.ru_stime)
     if fmt == "csv":
         rows = lines - 1  # the header; no cell holds a line break here
     elif fmt == "parquet":
@@ -184,9 +190,12 @@ def export_child(fmt: str) -> None:
 
         import pyarrow.parquet as pq
 
-        rows = pq.read_metadata(
-            io.BytesIO(b"".join(tail))
-        ).num_rows  # the footer: row count of every row group
+        # The footer (its length is in the 4 bytes before the closing "PAR1") counts every row group.
+        footer_length = int.from_bytes(last[-8:-4], "little")
+        assert len(last) >= footer_length + 8, "the last chunk should hold the whole footer"
+        rows = pq.read_metadata(io.BytesIO(last)).num_rows
+    elif fmt == "json":
+        rows = json_rows
     else:
         rows = lines
     print(
@@ -196,9 +205,10 @@ def export_child(fmt: str) -> None:
                 "rows": rows,
                 "bytes": size,
                 "seconds": seconds,
+                "cpu_seconds": cpu_seconds,
                 "first_byte_seconds": first_byte,
                 "rss_before_mb": rss_before / 1024,
-                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "peak_rss_mb": peak_rss_kb / 1024,
             }
         )
     )
@@ -207,15 +217,15 @@ def export_child(fmt: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--formats", default="csv,parquet")
+    parser.add_argument("--formats", default="csv,ndjson,json,parquet")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         export_child(args.child)
         return
     setup(args.rows)
-    print("| format | rows | MB | seconds | rows/s | first byte | peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| format | rows | MB | wall s | rows/s (wall) | CPU s | rows/CPU s | first byte | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for fmt in args.formats.split(","):
         out = subprocess.run(
             [sys.executable, __file__, "--child", fmt],
@@ -228,7 +238,9 @@ def main() -> None:
         rows = result["rows"]
         print(
             f"| {fmt} | {rows:,} | {result['bytes'] / 1e6:,.0f} | {result['seconds']:.0f} | "
-            f"{rows / result['seconds']:,.0f} | {result['first_byte_seconds']:.1f} s | {result['peak_rss_mb']:.0f} MB |",
+            f"{rows / result['seconds']:,.0f} | {result['cpu_seconds']:.0f} | "
+            f"{rows / result['cpu_seconds']:,.0f} | {result['first_byte_seconds']:.1f} s | "
+            f"{result['peak_rss_mb']:.0f} MB |",
             flush=True,
         )
 

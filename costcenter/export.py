@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 
 FORMATS = ("csv", "json", "jsonl", "ndjson", "parquet")
 CONTENT_TYPES = {
@@ -181,20 +181,9 @@ def arrow_schema(columns: list[Column]):
     )
 
 
-_DECIMAL_QUANTUM = Decimal(1).scaleb(-12)
-
-
 def _arrow_value(value, kind: str):
-    if value is None:
-        return None
-    if kind == "decimal":
-        # decimal128(38, 12): rollup amounts have 12 places already; quantities are exact too.
-        return Decimal(value).quantize(_DECIMAL_QUANTUM, rounding=ROUND_HALF_EVEN)
-    if kind == "json":
-        return _text(value, kind)
-    if kind == "datetime":
-        return value.astimezone(UTC)
-    return value
+    """A value in the form ``arrow_columns.column_array`` takes: JSON as its text, the rest as is."""
+    return _text(value, kind) if kind == "json" else value
 
 
 def write_parquet(columns: list[Column], rows: Iterable[dict]) -> Iterator[bytes]:
@@ -205,6 +194,8 @@ def write_parquet(columns: list[Column], rows: Iterable[dict]) -> Iterator[bytes
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from costcenter.arrow_columns import column_array
 
     schema = arrow_schema(columns)
     sink = _Sink()
@@ -218,7 +209,7 @@ def write_parquet(columns: list[Column], rows: Iterable[dict]) -> Iterator[bytes
     def to_arrow():
         batches.append(
             pa.RecordBatch.from_arrays(
-                [pa.array(values, type=field.type) for values, field in zip(batch, schema, strict=True)],
+                [column_array(values, field.type) for values, field in zip(batch, schema, strict=True)],
                 schema=schema,
             )
         )

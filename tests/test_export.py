@@ -219,3 +219,58 @@ def test_streamed_cost_rows_equal_the_selector_for_every_grouping(world, granula
         for group_by in combinations(GROUP_FIELDS, size):
             query = CostQuery(start, end, group_by, granularity)
             assert list(export.cost_rows_stream(user=user, query=query)) == cost_rows(user=user, query=query)
+
+
+# --- Arrow columns built from typed buffers ---------------------------------------------------------
+def test_arrow_columns_keep_every_type_exact_with_nulls():
+    import zoneinfo
+
+    import pyarrow as pa
+
+    from costcenter.arrow_columns import column_array
+
+    berlin = datetime(2026, 11, 2, 1, 30, 0, 123456, tzinfo=zoneinfo.ZoneInfo("Europe/Berlin"))
+    cases = [
+        (pa.string(), ["", None, "naïve — ☃", "=1+2"], ["", None, "naïve — ☃", "=1+2"]),
+        (pa.int64(), [0, None, -(2**63), 2**63 - 1], [0, None, -(2**63), 2**63 - 1]),
+        (pa.float64(), [0.5, None, -1e300], [0.5, None, -1e300]),
+        (pa.bool_(), [True, None, False, True], [True, None, False, True]),
+        # An instant in another zone lands on its UTC microsecond.
+        (pa.timestamp("us", tz="UTC"), [berlin, None], [datetime(2026, 11, 2, 0, 30, 0, 123456, tzinfo=UTC), None]),
+        (
+            pa.decimal128(38, 12),
+            # 12 places kept as they are; more are rounded half-even; ints and 26-digit amounts fit.
+            [Decimal("-0.000000000001"), None, Decimal("0.0000000000005"), Decimal("0.0000000000015"), 7,
+             Decimal("12345678901234567890123456.5")],
+            [Decimal("-0.000000000001"), None, Decimal("0E-12"), Decimal("0.000000000002"), Decimal("7.000000000000"),
+             Decimal("12345678901234567890123456.500000000000")],
+        ),
+    ]  # fmt: skip
+    for arrow_type, values, expected in cases:
+        built = column_array(values, arrow_type)
+        assert built.type == arrow_type and built.null_count == values.count(None)
+        assert built.to_pylist() == expected, arrow_type
+        assert column_array([], arrow_type).to_pylist() == []
+
+
+def test_writing_parquet_does_not_import_pandas():
+    """pyarrow.array(list) imports pandas (~50 MB per web worker, for good) when it is installed;
+    the Parquet writer builds its columns without it. In a fresh interpreter, since this test
+    process has pandas loaded already."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, io\n"
+        "from datetime import datetime, UTC\n"
+        "from decimal import Decimal\n"
+        "from costcenter.export import Column, stream\n"
+        "import pyarrow.parquet as pq\n"
+        "columns = [Column('a', 'decimal'), Column('t', 'datetime'), Column('s', 'string'), Column('j', 'json')]\n"
+        "rows = [{'a': Decimal('1.5'), 't': datetime(2026, 1, 1, tzinfo=UTC), 's': 'x', 'j': {'k': 1}}] * 5000\n"
+        "data = b''.join(stream('parquet', columns, iter(rows)))\n"
+        "assert 'pandas' not in sys.modules, 'pandas was imported'\n"
+        "assert pq.read_table(io.BytesIO(data)).num_rows == 5000\n"
+    )
+    finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr[-2000:]
