@@ -221,21 +221,28 @@ class IngestFigures:
         return self.records / self.reingest_seconds
 
 
-def measure(data: Path, work: Path, *, records: int) -> IngestFigures:
-    """The four methods on the same rows, one after the other; the table ends up holding them."""
+def measure(data: Path, work: Path, *, records: int, progress=None) -> IngestFigures:
+    """The four methods on the same rows, one after the other; the table ends up holding them.
+
+    ``progress(text)``, when given, hears each method's time as soon as it is known."""
+    say = progress or (lambda text: None)
     truncate()
     e2e, rss, _ = run_child(["ingest_usage", str(data), "--source", "bench", "--force"])
     stored = row_count()
+    say(f"end-to-end: {stored:,} rows in {e2e:.1f} s")
     bytes_per_row = table_bytes() / stored
     again, again_rss, _ = run_child(["ingest_usage", str(data), "--source", "bench", "--force"])
     assert row_count() == stored, "re-ingest added rows"
+    say(f"re-ingest: {again:.1f} s")
     dump = work / "rows.copy"
     copy_s = raw_copy(dump)
     dump.unlink()
     assert row_count() == stored
+    say(f"raw COPY: {copy_s:.1f} s")
     truncate()
     bulk_s = bulk_create(data)
     assert row_count() == stored
+    say(f"bulk_create: {bulk_s:.1f} s")
     return IngestFigures(records, stored, e2e, again, copy_s, bulk_s, bytes_per_row, rss, again_rss)
 
 

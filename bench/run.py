@@ -31,7 +31,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -113,6 +112,19 @@ def log(message: str) -> None:
 # --- the phases --------------------------------------------------------------------------------
 
 
+def load_code_now() -> None:
+    """Import every view and bench module now, at the start.
+
+    The working tree is shared with engineers editing it during a run: importing lazily, a page
+    first requested half an hour in could load newer code than the models it was migrated with.
+    """
+    from django.urls import get_resolver
+
+    from bench import costs_api, ingest, ingest_api_load, pages  # noqa: F401
+
+    get_resolver().url_patterns  # noqa: B018 - resolving the URLconf imports every view module
+
+
 def prepare_database() -> None:
     from django.core.management import call_command
 
@@ -173,16 +185,24 @@ def measure_size(asked: int, plan: Plan, work: Path, end: datetime, loads: Loads
 
     loads.sample(f"ingest {records:,}")
     log("ingestion: end-to-end, re-ingest, raw COPY, bulk_create …")
-    ingest = bench_ingest.measure(data, work, records=records)
+    ingest = bench_ingest.measure(data, work, records=records, progress=log)
     data.unlink()
 
     loads.sample(f"recompute {records:,}")
     log("recomputing the rollups of the window …")
     recompute_seconds, hours = recompute_window(start, end)
+    log(f"{hours:,} hours recomputed in {recompute_seconds:.0f} s")
 
     loads.sample(f"pages {records:,}")
     log(f"pages, {plan.requests} requests each …")
-    pages = [(label, p50, p95) for label, p50, p95, _ in bench_pages.measure(plan.requests)]
+    try:
+        pages = [(label, p50, p95) for label, p50, p95, _ in bench_pages.measure(plan.requests)]
+    except Exception as exc:  # one broken page must not cost the rest of a long run
+        log(f"page measurement failed: {exc!r}")
+        pages = [
+            (f"{label} — FAILED: {type(exc).__name__}", float("nan"), float("nan"))
+            for label, _ in bench_pages.PAGES
+        ]
     loads.sample(f"costs API {records:,}")
     timings = bench_costs_api.measure(plan.requests, start=start, end=end)
     p50, p95, _ = p50_p95_p99(timings)
@@ -211,7 +231,37 @@ def measure_api_load(plan: Plan, work: Path, end: datetime, loads: Loads):
     return result
 
 
-EXPORT_ROW = re.compile(r"^\| (\w+) \| ([\d,]+) \| [\d,]+ \| \d+ \| ([\d,]+) \| [\d.]+ s \| (\d+) MB \|$")
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def _number(text: str) -> float:
+    return float(text.split()[0].replace(",", ""))
+
+
+def parse_export_table(stdout: str) -> dict[str, tuple[int, float, float]]:
+    """format -> (rows, rows/s, peak RSS in MB) from bench/export.py's markdown table.
+
+    Columns are found by their header (``rows``, the first starting with ``rows/s``, ``peak RSS``),
+    not their position: that script is another engineer's and its table gains columns."""
+    lines = [line for line in stdout.splitlines() if line.strip().startswith("|")]
+    header = next((_cells(line) for line in lines if _cells(line)[0].lower() == "format"), None)
+    if header is None:
+        return {}
+    names = [name.lower() for name in header]
+    rows_at = names.index("rows")
+    rate_at = next(i for i, name in enumerate(names) if name.startswith("rows/s"))
+    rss_at = names.index("peak rss")
+    figures = {}
+    for line in lines:
+        cells = _cells(line)
+        if len(cells) == len(names) and cells[0] in ("csv", "parquet", "ndjson"):
+            figures[cells[0]] = (
+                int(_number(cells[rows_at])),
+                _number(cells[rate_at]),
+                _number(cells[rss_at]),
+            )
+    return figures
 
 
 def measure_export(plan: Plan, loads: Loads) -> dict[str, tuple[int, float, float]]:
@@ -235,12 +285,8 @@ def measure_export(plan: Plan, loads: Loads) -> dict[str, tuple[int, float, floa
         text=True,
         check=True,
     )
-    figures = {}
-    for line in out.stdout.splitlines():
-        if match := EXPORT_ROW.match(line.strip()):
-            fmt, rows, rate, rss = match.groups()
-            figures[fmt] = (int(rows.replace(",", "")), float(rate.replace(",", "")), float(rss))
-    if set(figures) != {"csv", "parquet"}:
+    figures = parse_export_table(out.stdout)
+    if not {"csv", "parquet"} <= set(figures):
         raise RuntimeError(f"bench/export.py printed no figures for every format:\n{out.stdout}")
     return figures
 
@@ -268,7 +314,18 @@ def machine() -> list[str]:
         postgres = cursor.fetchone()[0]
     import django
 
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.count("\n")
+        code = f"code at {head}" + (f" with {changed} uncommitted changed files" if changed else "")
+    except (OSError, subprocess.CalledProcessError):
+        code = "code outside git"
     return [
+        code,
         f"{os.cpu_count()} CPUs ({cpu}), {memory:.0f} GiB RAM, {debian}, kernel {platform.release()}",
         f"Python {platform.python_version()}, Django {django.get_version()}, "
         f"PostgreSQL {postgres} (embedded pgserver, default configuration)",
@@ -408,6 +465,7 @@ def inner(args) -> int:
     loads = Loads()
     loads.sample("start")
     began = time.perf_counter()
+    load_code_now()
     prepare_database()
     described = machine()
     # Up to the start of the current hour: the pages' default periods end now.

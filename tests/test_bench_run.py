@@ -146,3 +146,25 @@ def test_verdicts_follow_the_targets(e2e, copy_verdict, bulk_verdict):
     )
     assert _row(lines, "ingest API errors")[-1] == "MET"
     assert _row(table([small, big], _load(errors=1), export), "ingest API errors")[-1] == "MISSED"
+
+
+def test_export_table_is_read_by_its_headers():
+    from bench.run import parse_export_table
+
+    before = """filled 2,000 hourly rollup rows in 0 s
+| format | rows | MB | seconds | rows/s | first byte | peak RSS |
+|---|---:|---:|---:|---:|---:|---:|
+| csv | 10,000,000 | 7,721 | 501 | 19,980 | 22.5 s | 109 MB |
+| parquet | 10,000,000 | 200 | 351 | 28,507 | 21.5 s | 292 MB |
+"""
+    after = """| format | rows | MB | wall s | rows/s (wall) | CPU s | rows/CPU s | first byte | peak RSS |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|
+| csv | 2,000 | 2 | 1 | 1,930 | 0 | 4,720 | 1.0 s | 103 MB |
+| parquet | 2,000 | 0 | 1 | 2,243 | 1 | 3,961 | 0.9 s | 159 MB |
+"""
+    assert parse_export_table(before) == {
+        "csv": (10_000_000, 19_980.0, 109.0),
+        "parquet": (10_000_000, 28_507.0, 292.0),
+    }
+    assert parse_export_table(after) == {"csv": (2_000, 1_930.0, 103.0), "parquet": (2_000, 2_243.0, 159.0)}
+    assert parse_export_table("no table") == {}
