@@ -267,13 +267,18 @@ def canonical_lines(draw):
 
 
 def _fast_and_full(data: bytes, defaults):
+    """Items of the fast path, block by block and (as for gzip) line by line, and of the full path."""
+    import gzip
     import io
 
     from ingest.formats.canonical import iter_records
 
-    fast = list(iter_records(io.BytesIO(data), defaults=defaults, now=NOW, fast_rows=True))
+    blocks = list(iter_records(io.BytesIO(data), defaults=defaults, now=NOW, fast_rows=True))
+    packed = gzip.GzipFile(fileobj=io.BytesIO(gzip.compress(data)))
+    lines = list(iter_records(packed, defaults=defaults, now=NOW, fast_rows=True))
     full = list(iter_records(io.BytesIO(data), defaults=defaults, now=NOW))
-    return fast, full
+    _assert_same_items(lines, full)
+    return blocks, full
 
 
 def _assert_same_items(fast: list, full: list) -> int:
@@ -326,14 +331,28 @@ def test_the_fast_row_property_test_exercised_the_fast_path():
 
 @settings(max_examples=300, deadline=None)
 @given(
+    block_bytes=st.sampled_from([64, 300, 2000, 1 << 18]),
     lines=st.lists(
-        st.one_of(canonical_lines(), st.sampled_from([b"", b"{", b"}", b"  [", b"]", b'{"a":'])), max_size=8
-    )
+        st.one_of(
+            canonical_lines(),
+            st.sampled_from(
+                [b"", b"   ", b"{", b"}", b"  [", b"]", b'{"a":', b"\xef\xbb\xbf", b"\xff", b"\r"]
+            ),
+            st.sampled_from([b'{"task_id": "t", "x": 1} {"task_id": "u"}', b'{"attempt": 1}{"attempt": 2}']),
+        ),
+        max_size=10,
+    ),
 )
-def test_files_mixing_fast_lines_documents_and_garbage_read_the_same(lines):
+def test_files_mixing_fast_lines_documents_and_garbage_read_the_same(block_bytes, lines):
+    """Whatever the block size (so blocks end mid-document, mid-array, on a bad line)."""
+    from ingest.formats import canonical
     from ingest.records import FileDefaults
 
-    _assert_same_items(*_fast_and_full(b"\n".join(lines), FileDefaults()))
+    real, canonical.BLOCK_BYTES = canonical.BLOCK_BYTES, block_bytes
+    try:
+        _assert_same_items(*_fast_and_full(b"\n".join(lines), FileDefaults()))
+    finally:
+        canonical.BLOCK_BYTES = real
 
 
 def test_the_fast_path_takes_the_benchmarks_lines_and_escaped_lines_only_when_clean():
@@ -382,3 +401,18 @@ def test_deeply_nested_lines_take_the_full_path():
         )
         deep = line[:-1].encode() + b', "x": ' + b"[" * depth + b"]" * depth + b"}"
         _assert_same_items(*_fast_and_full(deep, FileDefaults()))
+
+
+def test_a_block_is_fast_only_when_each_line_holds_exactly_one_object():
+    """msgspec's decode_lines splits on any whitespace: two objects on one line and a blank line
+    elsewhere give as many objects as lines, and must not pass for two plain lines."""
+    from ingest.records import FileDefaults
+
+    record = (
+        '{"task_id": "t-%d", "attempt": 1, "ts": "2026-11-02T10:00:00Z", "model": "m", "status": "failure"}'
+    )
+    for middle in (" ", "", "\t"):
+        data = f"{record % 1}{middle}{record % 2}\n   \n{record % 3}\n".encode()
+        blocks, full = _fast_and_full(data, FileDefaults())
+        assert [type(item).__name__ for item in full] == ["Reject", "UsageRecord"]
+        _assert_same_items(blocks, full)

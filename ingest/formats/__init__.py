@@ -60,15 +60,19 @@ def open_stream(path: str | os.PathLike[str]) -> BinaryIO:
     return open(path, "rb")  # noqa: SIM115 - the caller owns and closes the stream
 
 
-def iter_lines(stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[Line]:
+def iter_lines(
+    stream: BinaryIO, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, *, first_line_no: int = 1
+) -> Iterator[Line]:
     """Yield `(line_no, payload, byte_offset_after_line)` for every line, in constant memory.
 
     `payload` is the line's bytes without the line ending (valid UTF-8, possibly empty) or a
     `Reject` for an oversized line, invalid UTF-8 or a truncated/corrupt compressed stream.
     The offset counts bytes of the (decompressed) stream consumed so far, so a caller can
     checkpoint it. After a corrupt gzip stream nothing more can be read: that Reject is last.
+    `first_line_no`: the number of the stream's first line when reading resumes mid-file (only
+    line 1 may start with a byte order mark); offsets then count from the resume point.
     """
-    line_no = 0
+    line_no = first_line_no - 1
     offset = 0
     while True:
         line_no += 1
@@ -126,6 +130,7 @@ def _stream_error(line_no: int, exc: BaseException) -> Reject:
 
 _FAIL = object()
 _NOT_FAST = object()
+UNFINISHED = object()  # see json_values_from_lines(partial=True)
 # 19 digits in a row may be an integer beyond 64 bits, which only json reads exactly. Mapping
 # digits to "9" and everything else to a space, then searching, is several times faster than a regex.
 _DIGIT_MAP = bytes(57 if 48 <= byte <= 57 else 32 for byte in range(256))
@@ -158,8 +163,14 @@ def json_values_from_lines(
     *,
     max_document_bytes: int = DEFAULT_MAX_DOCUMENT_BYTES,
     fast: Callable[[bytes], Any] | None = None,
+    partial: bool = False,
 ) -> Iterator[tuple[str, Any] | Reject]:
-    """`iter_json_values` over lines already produced by `iter_lines` (lets a caller peek first)."""
+    """`iter_json_values` over lines already produced by `iter_lines` (lets a caller peek first).
+
+    `partial`: the lines are only part of the input. If they end inside a document, nothing is
+    said about it; `UNFINISHED` is yielded last instead, and the caller must read on from the
+    first of these lines with a single reader.
+    """
     doc: list[bytes] = []
     doc_start = 0
     doc_size = 0
@@ -229,6 +240,9 @@ def json_values_from_lines(
             yield reject(f"line {line_no}", f"not valid JSON: {_short(exc)}", excerpt_of_raw(line))
             continue
         yield from _unwrap(f"line {line_no}", value)
+    if partial and (doc or skipping):
+        yield UNFINISHED
+        return
     if doc:
         value = _loads(b"\n".join(doc))
         if value is _FAIL:

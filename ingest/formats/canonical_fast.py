@@ -17,6 +17,7 @@ A fast row is a plain tuple (cheaper than any object) laid out as ``FastRow`` na
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, NamedTuple
@@ -64,15 +65,15 @@ _Id = Annotated[str, msgspec.Meta(max_length=MAX_ID_CHARS)]
 _Name = Annotated[str, msgspec.Meta(max_length=MAX_DIMENSION_CHARS)]
 
 
-class _PromptDetails(msgspec.Struct):
+class _PromptDetails(msgspec.Struct, gc=False):
     cached_tokens: _Count | None = None
 
 
-class _CompletionDetails(msgspec.Struct):
+class _CompletionDetails(msgspec.Struct, gc=False):
     reasoning_tokens: _Count | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     prompt_tokens: _Tokens | None = None
     completion_tokens: _Tokens | None = None
     prompt_tokens_details: _PromptDetails | None = None
@@ -81,7 +82,7 @@ class _Usage(msgspec.Struct):
     input_tokens: Any = msgspec.UNSET
 
 
-class _Canonical(msgspec.Struct):
+class _Canonical(msgspec.Struct, gc=False):
     task_id: _Id | None = None
     attempt: _Attempt | None = None
     request_id: _Id | None = None
@@ -109,6 +110,23 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
     None instead of a function when a file default is itself unusual (a control character, more
     than the length a name may have): such a run is rare and takes the full path throughout.
     """
+    parsers = plain_parsers(defaults, now)
+    return parsers[0] if parsers else None
+
+
+# Two JSON values on one line: decode_lines splits on any whitespace, JSONL on newlines only.
+_TWO_ON_A_LINE = re.compile(rb"\}[ \t]*\{")
+
+
+def plain_parsers(defaults: FileDefaults, now: datetime):
+    """``(parse_line, parse_block)`` for a file, or None (see ``plain_row_parser``).
+
+    ``parse_block(block)`` takes whole lines (at most a few hundred KiB, the first one not the
+    file's first) and decodes them in one call; it returns one fast row or None per line, or
+    None for the whole block when it is not plain JSONL that way: a blank or whitespace-only
+    line, a carriage return, a line not decoding as a canonical object, invalid UTF-8. A None
+    line is a standalone JSON object that the full path must decide on its own.
+    """
     given = [
         value for value in (defaults.team, defaults.workload, defaults.endpoint, defaults.model) if value
     ]
@@ -120,7 +138,8 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
     default_model, default_endpoint = pick(defaults.model), pick(defaults.endpoint)
     default_workload, default_team = pick(defaults.workload), pick(defaults.team)
     latest = now + FUTURE_SLACK
-    decode = msgspec.json.Decoder(_Canonical).decode
+    decoder = msgspec.json.Decoder(_Canonical)
+    decode, decode_lines = decoder.decode, decoder.decode_lines
     decode_error = msgspec.DecodeError
     unset = msgspec.UNSET
     blake2b = hashlib.blake2b
@@ -129,11 +148,32 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
     packers = _TAIL_PACKERS
     status_words = _STATUS_WORDS
 
-    def parse(line: bytes) -> tuple | None:
+    def parse_line(line: bytes) -> tuple | None:
         try:
             record = decode(line)
         except (decode_error, RecursionError):  # deep nesting raises RecursionError, not DecodeError
             return None
+        return check(record, b"\\" in line or b"\x7f" in line)
+
+    def parse_block(block: bytes) -> list[tuple | None] | None:
+        if b"\r" in block or b"\n\n" in block or block[:1] == b"\n" or _TWO_ON_A_LINE.search(block):
+            return None
+        if not block.isascii():
+            try:
+                block.decode("utf-8")  # decode_lines does not check the strings it skips
+            except UnicodeDecodeError:
+                return None
+        try:
+            records = decode_lines(block)
+        except (decode_error, RecursionError):
+            return None
+        # One object per line, no line without one (a whitespace-only line decodes to nothing).
+        if len(records) != block.count(b"\n") + (block[-1:] != b"\n"):
+            return None
+        escaped = b"\\" in block or b"\x7f" in block
+        return [check(record, escaped) for record in records]
+
+    def check(record: _Canonical, escaped: bool) -> tuple | None:
         status = record.status
         http_status = record.http_status
         if status is None:  # canonical: derived from http_status
@@ -195,7 +235,7 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
             return None
         # JSON text cannot hold a raw control character: a decoded string has one only if the
         # line has an escape (or a raw DEL). Only such lines pay for the search.
-        if b"\\" in line or b"\x7f" in line:
+        if escaped:
             texts = (task_id, request_id, model, model_version, endpoint, workload, team, error_type)
             if _CONTROL.search("\u241f".join(text for text in texts if text is not None)):
                 return None
@@ -252,4 +292,4 @@ def plain_row_parser(defaults: FileDefaults, now: datetime) -> Callable[[bytes],
         )
         return (names, head, tail + task_bytes, micros // MICROS_PER_HOUR, when, task, attempt, model)
 
-    return parse
+    return parse_line, parse_block
