@@ -3,9 +3,9 @@
 One row per model × GPU pool for self-run endpoints (all of a pool's endpoints together), and
 per model × endpoint for token-priced and unknown endpoints (``pool`` and ``vendor`` are None
 there, ``provider`` and ``endpoint`` say where it ran). Read from the rollups only, scoped exactly
-like ``selectors.cost_rows`` (``usage_queryset``): two queries (facts, histograms) whose size
-depends on the number of groups, days and histogram buckets, never on the number of attempts.
-Whole-day ranges (every page) read the daily rollups, where ``costing.rebuild_day`` has already
+like ``selectors.cost_rows`` (``usage_queryset``): one query for whole days, two (facts,
+histograms) otherwise, whose size depends on the number of groups, days and histogram buckets,
+never on the number of attempts. Whole-day ranges (every page) read the daily rollups, where ``costing.rebuild_day`` has already
 evaluated the cost split, the priced-only token counts and the attempt-weighted pool metrics on
 each hourly row; other ranges read the hourly rows and join their pool-hours. Both give the same
 numbers (tests/test_matrix.py holds them equal).
@@ -141,41 +141,37 @@ DAILY_FACT_COLUMNS = (
 )
 
 
-def _daily_facts_sql(table: str) -> str:
-    sums = ", ".join(f"sum(h.{column})" for column in DAILY_FACT_COLUMNS[2:])
-    return f"""
-        SELECT {_KEYS}, {sums}
-        FROM {table} {ROW_JOINS}
-        GROUP BY 1, 2, 3, 4, 5
-    """  # noqa: S608 - constants and Django's compiled, parameterised scope
-
-
 # Histograms are added up bucket by bucket in the database, so only buckets travel. Each bucket
 # is its own sum (``sum(h.latency_histogram[i])`` for i = 1…BUCKETS; a subscript past a trimmed
 # array's end is NULL, which sum() skips): one pass over the rows, about 2.5× faster than
-# unnesting the arrays into a row per bucket and grouping those (docs/benchmarks.md). The sums
-# are taken per model and endpoint id first, then per row of the matrix (a pool's endpoints
-# together), whose names are joined only to the few groups left.
+# unnesting the arrays into a row per bucket and grouping those (docs/benchmarks.md).
 _HISTOGRAM_METRICS = (
     ("latency", "latency_histogram"),
     ("ttft", "ttft_histogram"),
     ("tps", "output_tps_histogram"),
 )
-_BUCKET_SUMS = [
-    f"{column}[{index}]" for _, column in _HISTOGRAM_METRICS for index in range(1, histograms.BUCKETS + 1)
-]
-_HISTOGRAM_SQL = f"""
-    SELECT {_KEYS}, {", ".join(f"sum(x.b{n})" for n in range(len(_BUCKET_SUMS)))}
-    FROM (
-        SELECT h.model_id, h.endpoint_id, {", ".join(f"sum(h.{bucket}) AS b{n}" for n, bucket in enumerate(_BUCKET_SUMS))}
-        FROM {{table}}
-        GROUP BY 1, 2
-    ) x
-    JOIN costcenter_llmmodel m ON m.id = x.model_id
-    LEFT JOIN costcenter_endpoint e ON e.id = x.endpoint_id
-    LEFT JOIN costcenter_pool p ON p.id = e.pool_id AND e.kind = 'gpu_pool'
-    GROUP BY 1, 2, 3, 4, 5
-"""  # noqa: S608 - constants and Django's compiled, parameterised scope
+_BUCKET_SUMS = tuple(
+    f"h.{column}[{index}]" for _, column in _HISTOGRAM_METRICS for index in range(1, histograms.BUCKETS + 1)
+)
+
+
+def _grouped_sums_sql(table: str, expressions: tuple[str, ...]) -> str:
+    """Σ of each expression per matrix row: per model and endpoint id first (integers hash
+    faster than names), then per row's names (a pool's endpoints together), joined only to the
+    few groups left. Sums of sums: exact for integers and numerics."""
+    inner = ", ".join(f"sum({expression}) AS s{n}" for n, expression in enumerate(expressions))
+    outer = ", ".join(f"sum(x.s{n})" for n in range(len(expressions)))
+    return f"""
+        SELECT {_KEYS}, {outer}
+        FROM (SELECT h.model_id, h.endpoint_id, {inner} FROM {table} GROUP BY 1, 2) x
+        JOIN costcenter_llmmodel m ON m.id = x.model_id
+        LEFT JOIN costcenter_endpoint e ON e.id = x.endpoint_id
+        LEFT JOIN costcenter_pool p ON p.id = e.pool_id AND e.kind = 'gpu_pool'
+        GROUP BY 1, 2, 3, 4, 5
+    """  # noqa: S608 - constants and Django's compiled, parameterised scope
+
+
+_DAILY_FACT_SUMS = tuple(f"h.{column}" for column in DAILY_FACT_COLUMNS[2:])
 _HISTOGRAM_COLUMNS = (
     "model_id",
     "endpoint_id",
@@ -201,18 +197,22 @@ def evaluation_matrix(*, user, workload: str | None, start: datetime, end: datet
     # Whole-day ranges read the daily rollups (what the pages ask for), others the hourly ones;
     # ``usage_queryset`` decides and scopes both the same way as every other reader.
     scoped, time_field = usage_queryset(user=user, query=CostQuery(start, end, (), "day", filters))
-    if time_field == "day":
-        sql, params = scoped.values(*DAILY_FACT_COLUMNS).query.sql_with_params()
-        facts_sql, facts_params = _daily_facts_sql(f"({sql}) h"), list(params)
-    else:
-        table, facts_params = scoped_hourly_sql(user=user, start=start, end=end, filters=filters)
-        facts_sql = _hourly_facts_sql(table)
-    sql, params = scoped.values(*_HISTOGRAM_COLUMNS).query.sql_with_params()
     with connection.cursor() as cursor:
-        cursor.execute(facts_sql, facts_params)
-        facts = cursor.fetchall()
-        cursor.execute(_HISTOGRAM_SQL.format(table=f"({sql}) h"), list(params))
-        buckets = cursor.fetchall()
+        if time_field == "day":
+            # One pass over the daily rows for the facts and the histograms together.
+            sql, params = scoped.values(*DAILY_FACT_COLUMNS, *_HISTOGRAM_COLUMNS[2:]).query.sql_with_params()
+            cursor.execute(_grouped_sums_sql(f"({sql}) h", _DAILY_FACT_SUMS + _BUCKET_SUMS), list(params))
+            grouped = cursor.fetchall()
+            split = _KEY_COUNT + len(_DAILY_FACT_SUMS)
+            facts = [row[:split] for row in grouped]
+            buckets = [row[:_KEY_COUNT] + row[split:] for row in grouped]
+        else:
+            table, params = scoped_hourly_sql(user=user, start=start, end=end, filters=filters)
+            cursor.execute(_hourly_facts_sql(table), params)
+            facts = cursor.fetchall()
+            sql, params = scoped.values(*_HISTOGRAM_COLUMNS).query.sql_with_params()
+            cursor.execute(_grouped_sums_sql(f"({sql}) h", _BUCKET_SUMS), list(params))
+            buckets = cursor.fetchall()
     counts: dict[tuple, dict[str, list[int]]] = {}
     for bucket_row in buckets:
         sums = bucket_row[_KEY_COUNT:]

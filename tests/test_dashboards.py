@@ -431,13 +431,13 @@ QUERY_COUNTS = {
     # 2 × totals (usage + pools), by-day rows, pools by day, budgets + the one budget's status, catalog (8)
     ("cc-overview", "carol"): 19,
     ("cc-explorer", "carol"): 11,  # rows, totals (usage + pools), filter options (5)
-    ("cc-models-hardware", "carol"): 6,  # workloads, matrix facts and histograms
+    ("cc-models-hardware", "carol"): 5,  # workloads, the matrix (facts and histograms of the daily rows)
     ("cc-fleet", "carol"): 13,  # pools, usage by pool, pool totals, pools by day, GPUs, options (5)
     ("cc-cost-change", "carol"): 14,  # 2 × per-model reads, 2 × totals (usage + pools), options (5)
     ("cc-ingestion", "carol"): 16,  # unpriced, runs, sources, per day, reasons, examples, Prometheus (6)
     ("cc-overview", "bob"): 15,  # no pool reads for a team member; netops' budget is not his
     ("cc-explorer", "bob"): 10,
-    ("cc-models-hardware", "bob"): 6,
+    ("cc-models-hardware", "bob"): 5,
     ("cc-fleet", "bob"): 10,
     ("cc-cost-change", "bob"): 12,
     ("cc-ingestion", "bob"): 4,  # only the team's unpriced usage
