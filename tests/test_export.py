@@ -254,8 +254,9 @@ def test_arrow_columns_keep_every_type_exact_with_nulls():
 
 
 def test_writing_parquet_does_not_import_pandas():
-    """pyarrow.array(list) imports pandas (~50 MB per web worker, for good) when it is installed;
-    the Parquet writer builds its columns without it. In a fresh interpreter, since this test
+    """pyarrow.array(list) imports pandas (~50 MB per web worker, for good) when it is installed,
+    and Array.cast imports pyarrow.compute (~13 MB); the Parquet writer builds its columns
+    without either. In a fresh interpreter, since this test
     process has pandas loaded already."""
     import subprocess
     import sys
@@ -270,7 +271,19 @@ def test_writing_parquet_does_not_import_pandas():
         "rows = [{'a': Decimal('1.5'), 't': datetime(2026, 1, 1, tzinfo=UTC), 's': 'x', 'j': {'k': 1}}] * 5000\n"
         "data = b''.join(stream('parquet', columns, iter(rows)))\n"
         "assert 'pandas' not in sys.modules, 'pandas was imported'\n"
+        "assert 'pyarrow.compute' not in sys.modules, 'pyarrow.compute was imported'\n"
         "assert pq.read_table(io.BytesIO(data)).num_rows == 5000\n"
     )
     finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stderr[-2000:]
+
+
+def test_validity_bitmaps_pack_every_pattern_lsb_first():
+    from itertools import product
+
+    from costcenter.arrow_columns import _pack_bits
+
+    for bits in product((0, 1), repeat=8):
+        assert _pack_bits(bytes(bits)).to_pybytes() == bytes([sum(bit << i for i, bit in enumerate(bits))])
+    # A length that is not a multiple of 8: the last byte holds the rest, high bits clear.
+    assert _pack_bits(bytes([1] * 8 + [0, 1, 1])).to_pybytes() == b"\xff\x06"
