@@ -2,7 +2,8 @@
 
 A token acts for its user with that user's visibility. ``read`` tokens (and signed-in browser
 sessions) may read; writing usage needs an ``ingest`` token, never a session, so a logged-in
-browser tab can never be tricked into posting usage.
+browser tab can never be tricked into posting usage. The reverse holds for the catalog: only an
+org admin's session writes it, never a token (``api_catalog.AdminWrite``).
 """
 
 from __future__ import annotations
