@@ -145,10 +145,15 @@ def setup(rows: int) -> None:
     print(f"filled {rows:,} hourly rollup rows in {time.perf_counter() - started:.0f} s")
 
 
-def export_child(fmt: str) -> None:
+def export_child(fmt: str, row_group: int | None = None) -> None:
     """In a fresh process: request the export and read it chunk by chunk; print the figures as JSON."""
     from django.contrib.auth import get_user_model
     from django.test import Client
+
+    from costcenter import export
+
+    if row_group:  # --parquet-row-group: try another row-group size without editing the code
+        export.PARQUET_ROW_GROUP = row_group
 
     from costcenter.tokens import api_token_create
 
@@ -202,6 +207,7 @@ def export_child(fmt: str) -> None:
         json.dumps(
             {
                 "format": fmt,
+                "parquet_row_group": export.PARQUET_ROW_GROUP if fmt == "parquet" else None,
                 "rows": rows,
                 "bytes": size,
                 "seconds": seconds,
@@ -218,17 +224,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--formats", default="csv,ndjson,json,parquet")
+    parser.add_argument(
+        "--parquet-row-group", type=int, help="rows per Parquet row group (default: the app's)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        export_child(args.child)
+        export_child(args.child, args.parquet_row_group)
         return
     setup(args.rows)
     print("| format | rows | MB | wall s | rows/s (wall) | CPU s | rows/CPU s | first byte | peak RSS |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for fmt in args.formats.split(","):
         out = subprocess.run(
-            [sys.executable, __file__, "--child", fmt],
+            [sys.executable, __file__, "--child", fmt]
+            + ([f"--parquet-row-group={args.parquet_row_group}"] if args.parquet_row_group else []),
             check=True,
             capture_output=True,
             text=True,
