@@ -18,6 +18,7 @@ from io import StringIO
 import pytest
 import time_machine
 from django.core.management import call_command
+from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from costcenter.models import AlertEvent, AlertEventKind, Budget, Pool, PoolHour, Team
@@ -412,6 +413,9 @@ def test_an_admin_subscribes_a_distribution_list_to_some_teams(people, smtp, no_
     text = parts_of(message)["text/plain"][0].get_content()
     assert "Scope: team support." in text and "Spend: $50.00" in text
     assert "as the list finops-list@example.com" in parts_of(message)["text/html"][0].get_content()
+    # Another admin subscribing the same list would double its mail: refused by the database.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Subscription.objects.create(user=people["carol"], email="finops-list@example.com", scope="org")
 
 
 def test_send_reports_now_and_dry_run(people, smtp, no_browser):

@@ -66,6 +66,10 @@ class Subscription(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["user", "email"], name="reports_one_subscription_per_address"),
+            # A distribution list gets one report per period, whoever subscribed it.
+            models.UniqueConstraint(
+                fields=["email"], condition=~models.Q(email=""), name="reports_one_subscription_per_list"
+            ),
             models.CheckConstraint(condition=models.Q(send_hour__lte=23), name="reports_send_hour_in_day"),
             models.CheckConstraint(
                 condition=models.Q(send_weekday__lte=6), name="reports_send_weekday_in_week"
