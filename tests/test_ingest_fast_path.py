@@ -416,3 +416,26 @@ def test_a_block_is_fast_only_when_each_line_holds_exactly_one_object():
         blocks, full = _fast_and_full(data, FileDefaults())
         assert [type(item).__name__ for item in full] == ["Reject", "UsageRecord"]
         _assert_same_items(blocks, full)
+
+
+def test_a_stream_that_cannot_seek_is_read_line_by_line():
+    import io
+
+    from ingest.formats.canonical import iter_records
+    from ingest.records import FileDefaults
+
+    class Pipe(io.RawIOBase):  # like a named pipe: readable, not seekable
+        def __init__(self, data: bytes) -> None:
+            self.data = io.BytesIO(data)
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:
+            return self.data.readinto(buffer)
+
+    line = '{"task_id": "t", "attempt": 1, "ts": "2026-11-02T10:00:00Z", "model": "m", "status": "failure"}'
+    data = (line + "\n" + line.replace('"t"', '"u"') + "\n").encode()
+    fast = list(iter_records(io.BufferedReader(Pipe(data)), defaults=FileDefaults(), now=NOW, fast_rows=True))
+    full = list(iter_records(io.BytesIO(data), defaults=FileDefaults(), now=NOW))
+    assert _assert_same_items(fast, full) == 2

@@ -93,8 +93,8 @@ def _fast_records(stream: BinaryIO, parse_line, parse_block, *, defaults, now) -
     back to one line-by-line reader from that block's first line to the end of the file.
     """
     lines_read = 0
-    # Block reads need a file that can go back (gzip streams are read line by line).
-    while isinstance(stream, io.BufferedReader | io.BytesIO):
+    # Block reads need a file that can go back (gzip streams and pipes are read line by line).
+    while isinstance(stream, io.BufferedReader | io.BytesIO) and stream.seekable():
         start = stream.tell()
         try:
             block = stream.read(BLOCK_BYTES)
