@@ -222,6 +222,7 @@ def test_the_weekly_mail_has_text_html_and_pngs_with_the_api_figures_for_the_loc
     assert f"Cost per successful task: {money_precise(per_task)} / $0.5500 / +9.1%" in text
     assert "Successful tasks: 30 / 20 / +50.0%" in text
     assert "Tokens: 4.4k tokens / 2.2k tokens / +100.0%" in text
+    assert "Compared with the week of 12 Oct – 18 Oct 2026." in text  # UTF-8 survives the trip
     assert "$18.00" in html and "$0.60" in html
     # Subject, explanation, movers, budget, alert, unpriced model, links.
     assert (
@@ -547,3 +548,26 @@ def test_a_report_that_cannot_be_built_is_recorded_and_retried_not_lost(
         clock.shift(timedelta(minutes=1))
         assert delivery.deliver(delivery_id) == DeliveryStatus.SENT
     assert len(smtp.messages) == 1
+
+
+def test_a_monthly_report_covers_the_calendar_month_of_its_zone(people, smtp, no_browser):
+    seed_netops_weeks()
+    subscribe(
+        people["alice"], frequency="monthly", time_zone="Asia/Tokyo", at=datetime(2026, 10, 2, tzinfo=UTC)
+    )
+    with time_machine.travel(
+        datetime(2026, 10, 31, 23, 55, tzinfo=UTC), tick=False
+    ):  # 08:55 on 1 Nov in Tokyo
+        assert delivery.plan() == []
+    with time_machine.travel(datetime(2026, 11, 1, 0, 5, tzinfo=UTC), tick=False):
+        assert "1 sent" in send_reports()
+    row = ReportDelivery.objects.get()
+    # October in Tokyo (UTC+9): 30 Sep 15:00 UTC to 31 Oct 15:00 UTC, every seeded hour inside it:
+    # 4 + 7 + 5 + 10 + 3 + 100 = 129.00 of netops spend.
+    assert (row.period_start, row.period_end) == (
+        datetime(2026, 9, 30, 15, tzinfo=UTC),
+        datetime(2026, 10, 31, 15, tzinfo=UTC),
+    )
+    text = parts_of(smtp.messages[0][1])["text/plain"][0].get_content()
+    assert "CostCenter monthly report — October 2026 (Asia/Tokyo)" in text
+    assert "Spend: $129.00 / — /" in text
