@@ -571,3 +571,26 @@ def test_a_monthly_report_covers_the_calendar_month_of_its_zone(people, smtp, no
     text = parts_of(smtp.messages[0][1])["text/plain"][0].get_content()
     assert "CostCenter monthly report — October 2026 (Asia/Tokyo)" in text
     assert "Spend: $129.00 / — /" in text
+
+
+def test_building_a_report_runs_as_many_queries_with_more_models_and_teams(people):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from costcenter.reports.content import build_report
+    from costcenter.reports.periods import period_containing
+
+    carol = subscribe(people["carol"], scope="org")
+    week = period_containing("weekly", BERLIN, datetime(2026, 10, 21, tzinfo=UTC))
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            build_report(carol, week, now=MONDAY_0905_BERLIN)
+        return len(captured.captured_queries)
+
+    seed_netops_weeks()
+    few = queries()
+    for team in ("search", "research"):
+        for model in ("claude-sonnet-4", "gpt-4.1"):
+            spend({datetime(2026, 10, 20, 9, tzinfo=UTC): "1.00"}, team=team, model=model)
+    assert queries() == few
