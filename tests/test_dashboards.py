@@ -434,7 +434,8 @@ QUERY_COUNTS = {
     ("cc-models-hardware", "carol"): 5,  # workloads, the matrix (facts and histograms of the daily rows)
     ("cc-fleet", "carol"): 13,  # pools, usage by pool, pool totals, pools by day, GPUs, options (5)
     ("cc-cost-change", "carol"): 14,  # 2 × per-model reads, 2 × totals (usage + pools), options (5)
-    ("cc-ingestion", "carol"): 16,  # unpriced, runs, sources, per day, reasons, examples, Prometheus (6)
+    # unpriced, runs, sources, per day, reasons, examples, Prometheus (6), retention panel (1)
+    ("cc-ingestion", "carol"): 17,
     ("cc-overview", "bob"): 15,  # no pool reads for a team member; netops' budget is not his
     ("cc-explorer", "bob"): 10,
     ("cc-models-hardware", "bob"): 5,
