@@ -89,6 +89,12 @@ def test_parquet_has_exact_decimals_and_utc_timestamps():
     assert table.column("n").to_pylist() == [3, 0]
     empty = pq.read_table(io.BytesIO(_bytes("parquet", rows=[])))
     assert empty.num_rows == 0 and empty.schema.names == [c.name for c in COLUMNS]
+    # Readers get exactly arrow_schema's types: plain strings (no categoricals), UTC, decimals.
+    table = pq.read_table(io.BytesIO(_bytes("parquet")))
+    assert table.schema.remove_metadata().equals(export.arrow_schema(COLUMNS))
+    assert table.column("name").to_pylist() == ["=1+2", "plain"]
+    assert table.column("tags").to_pylist() == ['{"k":"=v"}', None]
+    assert str(table.to_pandas()["name"].dtype) != "category"
 
 
 def test_parquet_streams_one_row_group_at_a_time(monkeypatch):
