@@ -48,6 +48,24 @@ def wait_for(condition: Callable[[], object], *, timeout: float, what: str, log:
     pytest.fail(f"timed out after {timeout}s waiting for {what}\n{tail}")
 
 
+def no_advisory_locks_held_by_others() -> bool:
+    """True once no other session of the test database holds an advisory lock.
+
+    A SIGKILLed process's database session outlives it for a moment (the server notices the
+    closed socket later; on a loaded machine noticeably so) and keeps its per-file lock until
+    then: a run started at once would rightly skip the file as busy. Drills wait for this, as the
+    next scheduled run would come later anyway.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid() "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        return cursor.fetchone()[0] == 0
+
+
 class RedisServer:
     """redis-server on 127.0.0.1 with no persistence (a drill's broker lives and dies with it)."""
 

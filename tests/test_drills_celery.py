@@ -14,7 +14,14 @@ from django.db import connection
 from django.db.models import Sum
 
 from ingest.models import Attempt, FileCheckpoint, IngestRun, Source, TaskStart
-from tests.drill_helpers import RedisServer, Worker, require_redis, sender, wait_for
+from tests.drill_helpers import (
+    RedisServer,
+    Worker,
+    no_advisory_locks_held_by_others,
+    require_redis,
+    sender,
+    wait_for,
+)
 from tests.ingest_helpers import canonical, write_jsonl
 
 pytestmark = [pytest.mark.drill, pytest.mark.django_db(transaction=True)]
@@ -58,6 +65,9 @@ def test_a_worker_killed_mid_ingest_is_redelivered_to_another_and_counts_nothing
         at_kill = committed_attempts()
         assert at_kill < RECORDS, "the file was done before the kill; raise RECORDS"
         assert (task_start(task_id).starts, task_start(task_id).worker) == (1, first.node)
+        # Its database session (holding the file's lock) ends a moment after it; a redelivery
+        # arriving before would find the file busy and leave it to the next scan.
+        wait_for(no_advisory_locks_held_by_others, timeout=60, what="the killed worker's session to end")
 
         second.start()
         done = wait_for(

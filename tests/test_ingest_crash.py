@@ -23,6 +23,7 @@ from django.db.models import Sum
 
 from ingest.models import Attempt, FileCheckpoint, IngestRun
 from tests.conftest import ROOT
+from tests.drill_helpers import no_advisory_locks_held_by_others, wait_for
 from tests.ingest_helpers import canonical, subprocess_database_url, write_jsonl
 
 pytestmark = pytest.mark.drill
@@ -83,6 +84,8 @@ def test_sigkill_at_random_points_then_resume_gives_exact_totals(tmp_path):
         done = checkpoint.items_done if checkpoint else 0
         # What the checkpoint says is done is exactly what is in the table (plus the reject).
         assert committed == done - (1 if done > REJECT_AT else 0), (replay, threshold, delay)
+        # The killed child's session may still hold the file's lock; the next run would skip.
+        wait_for(no_advisory_locks_held_by_others, timeout=60, what="the killed run's session to end")
     assert kills >= 10, (
         f"the file was ingested too fast to interrupt ({kills} kills); raise RECORDS ({replay})"
     )
