@@ -25,7 +25,6 @@ DECIMAL_SCALE = 12
 _QUANTUM = Decimal(1).scaleb(-DECIMAL_SCALE)
 _BOOL_BYTES = (b"\x00", b"\x01")
 _GATHER_BITS = 0x0102040810204080
-STRING_DICTIONARY = pa.dictionary(pa.int32(), pa.string())
 
 
 def _pack_bits(flags: bytes) -> pa.Buffer:
@@ -90,20 +89,6 @@ def _string_array(values: list, validity) -> pa.Array:
     return pa.Array.from_buffers(
         pa.string(), len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
     )
-
-
-def dictionary_indices(values: list, distinct: dict[str, int]) -> pa.Array:
-    """int32 indices of ``values`` (strings or None) into ``distinct``, which grows as new strings
-    come; ``dictionary_array`` makes the dictionary once every batch of a row group is in."""
-    indices = array(
-        "i", [0 if value is None else distinct.setdefault(value, len(distinct)) for value in values]
-    )
-    return pa.Array.from_buffers(pa.int32(), len(values), [_validity(values), pa.py_buffer(indices)])
-
-
-def dictionary_array(distinct: dict[str, int]) -> pa.Array:
-    """The strings of ``distinct`` in index order (dicts keep insertion order)."""
-    return _string_array(list(distinct), None)
 
 
 def column_array(values: list, arrow_type: pa.DataType) -> pa.Array:

@@ -36,11 +36,11 @@ CONTENT_TYPES = {
 EXTENSIONS = {"csv": "csv", "json": "json", "jsonl": "jsonl", "ndjson": "ndjson", "parquet": "parquet"}
 
 # Rows per Parquet row group and per bytes chunk of the text formats: large enough for fast
-# writes, small enough that a chunk is a few MB at most. A row group waits in Arrow form (~0.4 KB
-# a FOCUS row, text dictionary-encoded) until it is written, and Arrow's writer keeps ~58 KB of
-# metadata per row group for the footer until the end of the file (at 16k rows a group that was
-# 35 MB over 10 M rows): 24k rows a group balances the two (docs/benchmarks.md). Rows wait as
-# Python objects only ``ARROW_BATCH`` at a time (~2 KB a FOCUS row).
+# writes, small enough that a chunk is a few MB at most. A row group waits in Arrow form (~1 KB a
+# FOCUS row) until it is written, and Arrow's writer keeps ~58 KB of metadata per row group for
+# the footer until the end of the file (35 MB over 10 M rows at 16k rows a group): 24k rows a
+# group balances the two (docs/benchmarks.md). Rows wait as Python objects only ``ARROW_BATCH``
+# at a time (~2 KB a FOCUS row).
 PARQUET_ROW_GROUP = 24_576
 ARROW_BATCH = 1_024
 TEXT_CHUNK_ROWS = 2_000
@@ -193,55 +193,32 @@ def _arrow_value(value, kind: str):
 def write_parquet(columns: list[Column], rows: Iterable[dict]) -> Iterator[bytes]:
     """Parquet, one row group per ``PARQUET_ROW_GROUP`` rows, each sent as soon as it is written.
 
-    Rows are held as Python objects at most ``ARROW_BATCH`` at a time, then in Arrow form until
-    their row group is written. Text columns wait dictionary-encoded — int32 indices into the row
-    group's distinct strings, one dictionary per column and row group — because FOCUS rows repeat
-    a few teams, models, providers and tags: that holds a fraction of the plain strings' bytes, and
-    the Parquet writer turns each dictionary straight into the column chunk's dictionary page. The
-    file stores no Arrow schema, so readers see ``arrow_schema(columns)``'s types (Parquet's own
-    logical types: plain strings, UTC timestamps, decimal128(38, 12)), never categoricals.
+    Rows become Arrow record batches every ``ARROW_BATCH`` rows, so at most that many rows are
+    held as Python objects; a row group waits in Arrow's compact columnar form.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from costcenter.arrow_columns import STRING_DICTIONARY, column_array, dictionary_array, dictionary_indices
+    from costcenter.arrow_columns import column_array
 
-    file_schema = arrow_schema(columns)
-    is_text = [field.type == pa.string() for field in file_schema]
-    schema = pa.schema(
-        [
-            pa.field(field.name, STRING_DICTIONARY, field.nullable) if text else field
-            for field, text in zip(file_schema, is_text, strict=True)
-        ]
-    )
+    schema = arrow_schema(columns)
     sink = _Sink()
-    writer = pq.ParquetWriter(sink, schema, compression="zstd", store_schema=False)
+    writer = pq.ParquetWriter(sink, schema, compression="zstd")
     names = [column.name for column in columns]
     kinds = [column.type for column in columns]
     batch: list[list] = [[] for _ in columns]
-    chunks: list[list] = [[] for _ in columns]  # per column: the row group's arrays so far
-    distinct: list[dict[str, int]] = [{} for _ in columns]  # per text column: string → index
+    batches: list = []
     pending = 0
 
     def to_arrow():
-        for index, values in enumerate(batch):
-            if is_text[index]:
-                chunks[index].append(dictionary_indices(values, distinct[index]))
-            else:
-                chunks[index].append(column_array(values, file_schema[index].type))
+        batches.append(
+            pa.RecordBatch.from_arrays(
+                [column_array(values, field.type) for values, field in zip(batch, schema, strict=True)],
+                schema=schema,
+            )
+        )
+        for values in batch:
             values.clear()
-
-    def row_group():
-        arrays = []
-        for index, parts in enumerate(chunks):
-            if is_text[index]:
-                dictionary = dictionary_array(distinct[index])
-                parts = [pa.DictionaryArray.from_arrays(indices, dictionary) for indices in parts]
-                distinct[index] = {}
-            arrays.append(pa.chunked_array(parts, type=schema[index].type))
-        for parts in chunks:
-            parts.clear()
-        return pa.Table.from_arrays(arrays, schema=schema)
 
     for row in rows:
         for index, name in enumerate(names):
@@ -250,13 +227,16 @@ def write_parquet(columns: list[Column], rows: Iterable[dict]) -> Iterator[bytes
         if pending % ARROW_BATCH == 0 or pending == PARQUET_ROW_GROUP:
             to_arrow()
         if pending == PARQUET_ROW_GROUP:
-            writer.write_table(row_group(), row_group_size=PARQUET_ROW_GROUP)
+            writer.write_table(
+                pa.Table.from_batches(batches, schema=schema), row_group_size=PARQUET_ROW_GROUP
+            )
+            batches.clear()
             pending = 0
             yield sink.take()
     if batch[0]:
         to_arrow()
-    if chunks[0]:
-        writer.write_table(row_group(), row_group_size=PARQUET_ROW_GROUP)
+    if batches:
+        writer.write_table(pa.Table.from_batches(batches, schema=schema), row_group_size=PARQUET_ROW_GROUP)
     writer.close()
     yield sink.take()
 
