@@ -547,8 +547,9 @@ _DAILY_COLUMNS = (*_ROLLUP_COLUMNS, "day", *_EXTRA_COLUMNS)
 def rebuild_day(day: datetime) -> None:
     """Replace a UTC day's daily rows by the sums of its hourly rows (and the extras above).
 
-    Reads and writes in one transaction, after the day's hours are recomputed: the daily rows
-    never mix hours from before and after a recompute.
+    Called by ``recompute`` after the day's hours are recomputed, under its one-run-at-a-time
+    lock, so the hours do not change while they are read; the reads and the replace are one
+    transaction, so readers see the old day or the new one, never a mix.
     """
     day = hour_floor(day).replace(hour=0)
     end = day + timedelta(days=1)

@@ -2,13 +2,13 @@
 
 One row per model × GPU pool for self-run endpoints (all of a pool's endpoints together), and
 per model × endpoint for token-priced and unknown endpoints (``pool`` and ``vendor`` are None
-there, ``provider`` and ``endpoint`` say where it ran). Read from the rollups only, scoped exactly
-like ``selectors.cost_rows`` (``usage_queryset``): one query for whole days, two (facts,
+there, ``provider`` and ``endpoint`` say where it ran). Read from the rollups only, scoped
+exactly like ``selectors.cost_rows`` (``usage_queryset``): one query for whole days, two (facts,
 histograms) otherwise, whose size depends on the number of groups, days and histogram buckets,
-never on the number of attempts. Whole-day ranges (every page) read the daily rollups, where ``costing.rebuild_day`` has already
-evaluated the cost split, the priced-only token counts and the attempt-weighted pool metrics on
-each hourly row; other ranges read the hourly rows and join their pool-hours. Both give the same
-numbers (tests/test_matrix.py holds them equal).
+never on the number of attempts. Whole-day ranges (every page) read the daily rollups, where
+``costing.rebuild_day`` has already evaluated the cost split, the priced-only token counts and
+the attempt-weighted pool metrics on each hourly row; other ranges read the hourly rows and join
+their pool-hours. Both give the same numbers (tests/test_matrix.py holds them equal).
 
 Columns (see docs/cost-change.md):
 
