@@ -38,10 +38,10 @@ EXTENSIONS = {"csv": "csv", "json": "json", "jsonl": "jsonl", "ndjson": "ndjson"
 # Rows per Parquet row group and per bytes chunk of the text formats: large enough for fast
 # writes, small enough that a chunk is a few MB at most. A row group waits in Arrow form (~1 KB a
 # FOCUS row) until it is written, and Arrow's writer keeps ~58 KB of metadata per row group for
-# the footer until the end of the file (35 MB over 10 M rows at 16k rows a group): 24k rows a
-# group balances the two (docs/benchmarks.md). Rows wait as Python objects only ``ARROW_BATCH``
-# at a time (~2 KB a FOCUS row).
-PARQUET_ROW_GROUP = 24_576
+# the footer until the end of the file (35 MB over 10 M rows at 16k rows a group). Measured on
+# 10 M rows, 16k rows a group peaked lower than 24k or 32k (docs/benchmarks.md). Rows wait as
+# Python objects only ``ARROW_BATCH`` at a time (~2 KB a FOCUS row).
+PARQUET_ROW_GROUP = 16_384
 ARROW_BATCH = 1_024
 TEXT_CHUNK_ROWS = 2_000
 
