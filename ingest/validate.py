@@ -42,6 +42,9 @@ FUTURE_SLACK = timedelta(days=1)
 _SUCCESS = frozenset({"success", "succeeded", "ok", "completed"})
 _FAILURE = frozenset({"failure", "failed", "fail", "error"})
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# JSON may escape a lone UTF-16 half ("\\ud800"); Python's json decodes it, but it has no UTF-8
+# form, so Postgres could never store it: refused like a control character, before any write.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class InvalidRecord(ValueError):
@@ -114,6 +117,8 @@ def _clean_str(value: Any, label: str, *, max_chars: int) -> str:
     text = value.strip()
     if _CONTROL.search(text):
         raise InvalidRecord(f"{label}: contains control characters")
+    if _SURROGATE.search(text):
+        raise InvalidRecord(f"{label}: contains an unpaired UTF-16 surrogate (not valid Unicode text)")
     if len(text) > max_chars:
         raise InvalidRecord(f"{label}: longer than {max_chars} characters ({len(text)})")
     return text
@@ -410,7 +415,7 @@ def _build_plain_record(
         if text is not None and type(text) is not str:
             return None
     joined = "\u241f".join(text for text in texts if text is not None)
-    if _CONTROL.search(joined):
+    if _CONTROL.search(joined) or _SURROGATE.search(joined):
         return None
     task = task_id.strip() if task_id is not None else ""
     model_name = model.strip() if model is not None else ""
@@ -486,7 +491,7 @@ def _error_type(value: Any, label: str) -> str | None:
         value = str(value)
     if not isinstance(value, str):
         raise InvalidRecord(f"{label}: must be a string (got {show(value)})")
-    text = _CONTROL.sub(" ", value).strip()[:MAX_DIMENSION_CHARS]
+    text = _SURROGATE.sub("", _CONTROL.sub(" ", value)).strip()[:MAX_DIMENSION_CHARS]
     return text or None
 
 
@@ -572,7 +577,7 @@ def excerpt_of_raw(raw: bytes | str, extra: frozenset[str] = frozenset()) -> str
 
 
 def clip(text: str) -> str:
-    text = _CONTROL.sub(" ", text)
+    text = _SURROGATE.sub("\ufffd", _CONTROL.sub(" ", text))
     return text if len(text) <= MAX_EXCERPT_CHARS else text[: MAX_EXCERPT_CHARS - 1] + "…"
 
 

@@ -11,7 +11,7 @@ from django.db import connection, transaction
 
 from costcenter.models import Endpoint, EndpointKind, LlmModel, Team, Workload
 from costcenter.pg import hash64
-from ingest.models import Attempt, DirtyHour, FileCheckpoint, IngestRun, RejectedRecord
+from ingest.models import Attempt, DirtyHour, ErrorType, FileCheckpoint, IngestRun, RejectedRecord
 from ingest.records import Reject
 from ingest.services import ingest_items, ingest_path, source_for
 from tests.ingest_helpers import canonical, write_jsonl
@@ -228,3 +228,24 @@ def test_a_batch_with_one_stored_key_falls_back_and_counts_exactly(tmp_path):
     assert DirtyHour.objects.count() == len(
         {row.replace(minute=0, second=0) for row in Attempt.objects.values_list("ts", flat=True)}
     )
+
+
+def test_an_unpaired_surrogate_escape_is_a_reject_not_a_failed_run(tmp_path):
+    # JSON may spell a lone UTF-16 half ("\ud800"); Python decodes it, but it has no UTF-8 form,
+    # so it must be refused with a reason instead of failing the batch when Postgres sees it.
+    lines = [
+        canonical(0),
+        canonical(1, team="ops\ud800x"),
+        canonical(2, model="m\udfff"),
+        canonical(3, error_type="boom\ud83d"),  # descriptive field: cleaned, the attempt kept
+        canonical(4),
+    ]
+    path = write_jsonl(tmp_path / "surrogates.jsonl", lines)
+    result = ingest_path(path, source=source_for("files"))
+    assert (result.accepted, result.rejected) == (3, 2)
+    reasons = {r.location.rsplit(" ", 1)[-1]: r.reason for r in RejectedRecord.objects.all()}
+    assert set(reasons) == {"2", "3"}
+    assert "team" in reasons["2"] and "surrogate" in reasons["2"]
+    assert "model" in reasons["3"]
+    kept_ids = set(Attempt.objects.exclude(error_type_id=None).values_list("error_type_id", flat=True))
+    assert set(ErrorType.objects.filter(id__in=kept_ids).values_list("name", flat=True)) == {"boom"}
