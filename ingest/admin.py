@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from ingest.models import FileCheckpoint, IngestRun, RejectedRecord, Source
+from ingest.models import FileCheckpoint, IngestRun, RejectedRecord, Source, TaskStart
 
 
 @admin.register(Source)
@@ -115,3 +115,12 @@ class InferenceIntervalAdmin(ReadOnlyAdmin):
 class UnmatchedSeriesAdmin(ReadOnlyAdmin):
     list_display = ["vendor", "labels_key", "source", "first_interval", "last_interval", "intervals"]
     list_filter = ["vendor", "source"]
+
+
+@admin.register(TaskStart)
+class TaskStartAdmin(ReadOnlyAdmin):
+    # Where an operator looks when a task stopped being retried: its starts and the refusal reason.
+    list_display = ["last_started_at", "name", "task_id", "starts", "worker", "refused"]
+    list_filter = ["name"]
+    search_fields = ["task_id", "refused"]
+    date_hierarchy = "last_started_at"
