@@ -237,6 +237,7 @@ def write_parquet(columns: list[Column], rows: Iterable[dict]) -> Iterator[bytes
         to_arrow()
     if batches:
         writer.write_table(pa.Table.from_batches(batches, schema=schema), row_group_size=PARQUET_ROW_GROUP)
+        batches.clear()  # before close: writing the footer copies every row group's metadata once more
     writer.close()
     yield sink.take()
 
