@@ -254,7 +254,7 @@ def explorer(request):
 def models_hardware(request):
     now = timezone.now()
     # Seven days by default (recent behaviour is what a comparison of models is for). The matrix
-    # reads one daily rollup row per group and day, so a month costs about twice a week; both stay
+    # reads one daily rollup row per group and day, so a month costs 2–3× a week; both stay
     # well inside the page budget at 20M attempts (docs/benchmarks.md, "Dashboard pages").
     period, problem = dashboards.period_or_default(request.GET, now=now, default="7d")
     dashboards.parse_filters(request.GET, user=request.user, dimensions=("team",))  # hidden team: 404
