@@ -424,3 +424,21 @@ def test_whole_days_read_the_daily_rollups_and_agree_with_the_hourly_rows():
     repriced = both()
     assert next(m for m in repriced.models if m.model == "late").after.cost == Decimal("6.7")
     assert repriced.change == result.change + 1
+
+
+@pytest.mark.parametrize("whole_days", [False, True])
+def test_a_user_in_no_team_sees_an_empty_decomposition(whole_days):
+    # Hourly and whole-day ranges take different SQL paths; neither may leak or fail for no team.
+    world(pools=True)
+    nobody = make_user("nobody")
+    before, after = BEFORE, AFTER
+    if whole_days:
+        day = datetime(2026, 11, 2, tzinfo=UTC)
+        next_day = day + timedelta(days=1)
+        before, after = CostQuery(day, next_day), CostQuery(next_day, next_day + timedelta(days=1))
+    load(*task(H0), *task(H1))
+    recompute(now=H1 + timedelta(days=2), since=H0 - timedelta(hours=10))
+    assert cost_totals(user=make_user("carol", org_role="viewer"), query=before)["cost"] > 0  # data exists
+    result = cost_change(user=nobody, before=before, after=after)
+    assert result.change == 0 and result.models == () and result.after_spend == 0
+    assert all(effect.amount == 0 for effect in result.effects)
