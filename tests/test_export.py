@@ -279,6 +279,9 @@ def test_writing_parquet_does_not_import_pandas():
         "assert 'pandas' not in sys.modules, 'pandas was imported'\n"
         "assert 'pyarrow.compute' not in sys.modules, 'pyarrow.compute was imported'\n"
         "assert pq.read_table(io.BytesIO(data)).num_rows == 5000\n"
+        # Arrow's thread pool can abort at interpreter teardown, now and then, after all work is done
+        # (apache/arrow#34314: "terminate called without an active exception"); skip the teardown.
+        "sys.stdout.flush(); import os; os._exit(0)\n"
     )
     finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stderr[-2000:]
