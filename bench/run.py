@@ -47,6 +47,7 @@ if str(ROOT) not in sys.path:
 from bench.common import bench_environment, django_setup, p50_p95_p99, write_demo_file  # noqa: E402
 
 DAYS = 30
+BULK_SAMPLE = 2_000_000
 
 # Target values from issue #10.
 INGEST_VS_COPY = 0.6
@@ -185,7 +186,9 @@ def measure_size(asked: int, plan: Plan, work: Path, end: datetime, loads: Loads
 
     loads.sample(f"ingest {records:,}")
     log("ingestion: end-to-end, re-ingest, raw COPY, bulk_create …")
-    ingest = bench_ingest.measure(data, work, records=records, progress=log)
+    # bulk_create is the slow reference (~20k rows/s): above 2 M rows its rate is taken on the
+    # file's first 2 M rows, which gives the same figure a quarter of an hour sooner at 20 M.
+    ingest = bench_ingest.measure(data, work, records=records, progress=log, bulk_sample=BULK_SAMPLE)
     data.unlink()
 
     loads.sample(f"recompute {records:,}")
@@ -364,7 +367,7 @@ def table(sizes: list[SizeFigures], load, export: dict) -> list[str]:
     )
     add(
         "Django `bulk_create` of the same rows, rows/s",
-        per_size(lambda s: f"{s.ingest.rate(s.ingest.bulk_seconds):,.0f}"),
+        per_size(lambda s: f"{s.ingest.bulk_rate:,.0f}" + (" (sample)" if s.ingest.bulk_rows else "")),
     )
     e2e_vs_copy = ing.copy_seconds / ing.e2e_seconds
     add(
@@ -373,10 +376,10 @@ def table(sizes: list[SizeFigures], load, export: dict) -> list[str]:
         f"≥ {INGEST_VS_COPY}",
         e2e_vs_copy >= INGEST_VS_COPY,
     )
-    e2e_vs_bulk = ing.bulk_seconds / ing.e2e_seconds
+    e2e_vs_bulk = ing.rate(ing.e2e_seconds) / ing.bulk_rate
     add(
         "end-to-end / `bulk_create`",
-        per_size(lambda s: f"{s.ingest.bulk_seconds / s.ingest.e2e_seconds:.2f}"),
+        per_size(lambda s: f"{s.ingest.rate(s.ingest.e2e_seconds) / s.ingest.bulk_rate:.2f}"),
         f"≥ {INGEST_VS_BULK:g}",
         e2e_vs_bulk >= INGEST_VS_BULK,
     )
