@@ -1,7 +1,7 @@
 """One benchmark run: every figure of issue #10 side by side, with its target, on one fresh database.
 
-    python bench/run.py --scale 2m            # ~2 M demo attempts (22 minutes on 2 busy cores)
-    python bench/run.py --scale 20m           # 2 M, then 20 M: read times at both, their ratio (~1.5 h idle)
+    python bench/run.py --scale 2m            # ~2 M demo attempts (7 minutes on a quiet 2-core machine)
+    python bench/run.py --scale 20m           # 2 M, then 20 M: read times at both, their ratio (44 minutes quiet)
     python bench/run.py --scale 2m --quick    # small sizes, under two minutes: the command still works
 
 What it does (the method is written up in docs/benchmarks.md, "One full run"):
