@@ -307,8 +307,19 @@ class Overview:
     has_usage: bool
 
 
-def _tokens(row: dict) -> int:
+def total_tokens(row: dict) -> int:
     return int(row["prompt_tokens"] or 0) + int(row["completion_tokens"] or 0)
+
+
+def rank_movers(dimension: str, costs: dict[object, list], limit: int) -> list[Mover]:
+    """``costs``: value -> [previous cost, current cost]; the ``limit`` that changed most."""
+    movers = [
+        Mover(value, label_of(dimension, value), current, prior)
+        for value, (prior, current) in costs.items()
+        if (current or 0) != (prior or 0)
+    ]
+    movers.sort(key=lambda mover: (-abs(mover.delta), mover.label))
+    return movers[:limit]
 
 
 def overview(*, user, period: Period, stack_by: str = "model", filters=()) -> Overview:
@@ -344,12 +355,6 @@ def overview(*, user, period: Period, stack_by: str = "model", filters=()) -> Ov
         slot = 1 if row["period"] >= period.start else 0
         if row["cost"] is not None:
             by_group[row[stack_by]][slot] = (by_group[row[stack_by]][slot] or Decimal(0)) + row["cost"]
-    movers = [
-        Mover(value, label_of(stack_by, value), current, prior)
-        for value, (prior, current) in by_group.items()
-        if (current or 0) != (prior or 0)
-    ]
-    movers.sort(key=lambda mover: (-abs(mover.delta), mover.label))
 
     unpriced_note = (
         f"{totals['unpriced_tokens']:,} tokens without a price" if totals["unpriced_attempts"] else ""
@@ -365,7 +370,7 @@ def overview(*, user, period: Period, stack_by: str = "model", filters=()) -> Ov
         Kpi("success_rate", "Task success rate", totals["success_rate"], before["success_rate"], "pct", "up"),
         Kpi("retry_rate", "Retry rate", totals["retry_rate"], before["retry_rate"], "pct", "down",
             "(attempts − tasks) / tasks"),
-        Kpi("tokens", "Tokens", _tokens(totals), _tokens(before), "tokens", "", "prompt + completion"),
+        Kpi("tokens", "Tokens", total_tokens(totals), total_tokens(before), "tokens", "", "prompt + completion"),
         Kpi("idle_cost", "Idle GPU cost", idle, idle_before, "money", "down", idle_note),
         Kpi("unallocated_cost", "Unallocated cost", totals["unallocated_cost"], before["unallocated_cost"], "money",
             "down", "pool-hours that served nothing" if with_unallocated else "shown to org-wide viewers"),
@@ -381,7 +386,7 @@ def overview(*, user, period: Period, stack_by: str = "model", filters=()) -> Ov
         kpis=kpis,
         series_rows=current_rows,
         unallocated_by_day=dict(unallocated_by_day) if unallocated_by_day is not None else None,
-        movers=movers[:8],
+        movers=rank_movers(stack_by, by_group, 8),
         has_usage=bool(totals["attempts"] or before["attempts"] or totals["total_spend"]),
     )
 
@@ -499,7 +504,7 @@ def parse_explorer(params: QueryDict, *, user, now: datetime) -> tuple[ExplorerQ
 
 def row_value(row: dict, name: str):
     if name == "tokens":
-        return _tokens(row)
+        return total_tokens(row)
     return row.get(name)
 
 
@@ -779,7 +784,7 @@ def fleet(*, user, period: Period, filters=()) -> Fleet:
     usage = cost_rows(user=user, query=CostQuery(period.start, period.end, ("pool",), "total", filters))
     for row in usage:
         if row["pool"] in lines:
-            lines[row["pool"]].tokens = _tokens(row)
+            lines[row["pool"]].tokens = total_tokens(row)
             lines[row["pool"]].cost = row["cost"]
             lines[row["pool"]].idle_cost = row["idle_cost"]
     org_wide = sees_all_teams(user)

@@ -19,7 +19,7 @@ from django.urls import reverse
 from costcenter import budgets as budget_service
 from costcenter.access import sees_all_teams, visible_teams
 from costcenter.cost_change import cost_change
-from costcenter.dashboards import Kpi, Mover, label_of, url_value
+from costcenter.dashboards import Kpi, Mover, label_of, rank_movers, total_tokens, url_value
 from costcenter.emails import site_url
 from costcenter.models import AlertEvent, Budget, Membership
 from costcenter.reports.models import Scope, Subscription
@@ -117,10 +117,6 @@ class Report:
         return {kpi.key: kpi for kpi in self.kpis}
 
 
-def _tokens(row: dict) -> int:
-    return int(row["prompt_tokens"] or 0) + int(row["completion_tokens"] or 0)
-
-
 def _query(period: ReportPeriod, scope: ReportScope, group_by=(), granularity="total") -> CostQuery:
     return CostQuery(period.start, period.end, tuple(group_by), granularity, scope.filters)
 
@@ -131,13 +127,7 @@ def _movers(scope: ReportScope, period: ReportPeriod, previous: ReportPeriod, di
         for row in cost_rows(user=scope.user, query=_query(span, scope, (dimension,))):
             if row["cost"] is not None:
                 costs[row[dimension]][slot] = row["cost"]
-    movers = [
-        Mover(value, label_of(dimension, value), current, before)
-        for value, (before, current) in costs.items()
-        if (current or 0) != (before or 0)
-    ]
-    movers.sort(key=lambda mover: (-abs(mover.delta), mover.label))
-    return movers[:TOP_MOVERS]
+    return rank_movers(dimension, costs, TOP_MOVERS)
 
 
 def _spend_by_day(scope: ReportScope, period: ReportPeriod, dimension: str) -> tuple[list[dict], dict | None]:
@@ -302,7 +292,7 @@ def build_report(subscription: Subscription, period: ReportPeriod, *, now: datet
             before["cost_per_successful_task"], "money_precise", "down", incomplete=bool(totals["unpriced_attempts"])),
         Kpi("success_rate", "Task success rate", totals["success_rate"], before["success_rate"], "pct", "up"),
         Kpi("retry_rate", "Retry rate", totals["retry_rate"], before["retry_rate"], "pct", "down"),
-        Kpi("tokens", "Tokens", _tokens(totals), _tokens(before), "tokens", "", "prompt + completion"),
+        Kpi("tokens", "Tokens", total_tokens(totals), total_tokens(before), "tokens", "", "prompt + completion"),
     ]  # fmt: skip
     spend_rows, unallocated = _spend_by_day(scope, period, "team" if scope.team_slugs is None else "model")
     alerts, alert_count = _alerts(scope, period)
