@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
+from costcenter.parquet import ParquetColumn, rows_to_parquet
+
 FORMATS = ("csv", "json", "jsonl", "ndjson", "parquet")
 CONTENT_TYPES = {
     "csv": "text/csv; charset=utf-8",
@@ -35,14 +37,11 @@ CONTENT_TYPES = {
 }
 EXTENSIONS = {"csv": "csv", "json": "json", "jsonl": "jsonl", "ndjson": "ndjson", "parquet": "parquet"}
 
-# Rows per Parquet row group and per bytes chunk of the text formats: large enough for fast
-# writes, small enough that a chunk is a few MB at most. A row group waits in Arrow form (~1 KB a
-# FOCUS row) until it is written, and Arrow's writer keeps ~58 KB of metadata per row group for
-# the footer until the end of the file (35 MB over 10 M rows at 16k rows a group). Measured on
-# 10 M rows, 16k rows a group peaked lower than 24k or 32k (docs/benchmarks.md). Rows wait as
-# Python objects only ``ARROW_BATCH`` at a time (~2 KB a FOCUS row).
-PARQUET_ROW_GROUP = 16_384
-ARROW_BATCH = 1_024
+# Rows per Parquet row group, rows held as Python objects before they are encoded, and rows per
+# bytes chunk of the text formats. A row group waits encoded (~330 bytes a FOCUS row, so ~11 MB)
+# until it is written; the footer keeps a few integers per column chunk.
+PARQUET_ROW_GROUP = 32_768
+PARQUET_BATCH = 1_024
 TEXT_CHUNK_ROWS = 2_000
 
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -90,25 +89,6 @@ def _json_value(value, kind: str):
     if kind == "int":
         return int(value)
     return value
-
-
-class _Sink(io.RawIOBase):
-    """A write-only file that keeps what was written until ``take`` empties it."""
-
-    def __init__(self):
-        self._buffer = bytearray()
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        self._buffer += data
-        return len(data)
-
-    def take(self) -> bytes:
-        data = bytes(self._buffer)
-        self._buffer.clear()
-        return data
 
 
 def write_csv(columns: list[Column], rows: Iterable[dict]) -> Iterator[bytes]:
@@ -168,78 +148,29 @@ def write_json(columns: list[Column], rows: Iterable[dict]) -> Iterator[bytes]:
     yield b"".join(chunk)
 
 
-def arrow_schema(columns: list[Column]):
-    import pyarrow as pa
-
-    types = {
-        "string": pa.string(),
-        "decimal": pa.decimal128(38, 12),
-        "int": pa.int64(),
-        "float": pa.float64(),
-        "bool": pa.bool_(),
-        "datetime": pa.timestamp("us", tz="UTC"),
-        "json": pa.string(),
-    }
-    return pa.schema(
-        [pa.field(column.name, types[column.type], nullable=column.nullable) for column in columns]
-    )
+def parquet_columns(columns: list[Column]) -> list[ParquetColumn]:
+    """The Parquet form of ``columns``: JSON is stored as its text (a string column)."""
+    return [
+        ParquetColumn(
+            column.name,
+            "string" if column.type == "json" else column.type,
+            column.nullable,
+            convert=_json_text if column.type == "json" else None,
+        )
+        for column in columns
+    ]
 
 
-def _arrow_value(value, kind: str):
-    """A value in the form ``arrow_columns.column_array`` takes: JSON as its text, the rest as is."""
-    return _text(value, kind) if kind == "json" else value
+def _json_text(value) -> str:
+    return _text(value, "json")
 
 
 def write_parquet(columns: list[Column], rows: Iterable[dict]) -> Iterator[bytes]:
-    """Parquet, one row group per ``PARQUET_ROW_GROUP`` rows, each sent as soon as it is written.
-
-    Rows become Arrow record batches every ``ARROW_BATCH`` rows, so at most that many rows are
-    held as Python objects; a row group waits in Arrow's compact columnar form.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from costcenter.arrow_columns import column_array
-
-    schema = arrow_schema(columns)
-    sink = _Sink()
-    writer = pq.ParquetWriter(sink, schema, compression="zstd")
-    names = [column.name for column in columns]
-    kinds = [column.type for column in columns]
-    batch: list[list] = [[] for _ in columns]
-    batches: list = []
-    pending = 0
-
-    def to_arrow():
-        batches.append(
-            pa.RecordBatch.from_arrays(
-                [column_array(values, field.type) for values, field in zip(batch, schema, strict=True)],
-                schema=schema,
-            )
-        )
-        for values in batch:
-            values.clear()
-
-    for row in rows:
-        for index, name in enumerate(names):
-            batch[index].append(_arrow_value(row.get(name), kinds[index]))
-        pending += 1
-        if pending % ARROW_BATCH == 0 or pending == PARQUET_ROW_GROUP:
-            to_arrow()
-        if pending == PARQUET_ROW_GROUP:
-            writer.write_table(
-                pa.Table.from_batches(batches, schema=schema), row_group_size=PARQUET_ROW_GROUP
-            )
-            batches.clear()
-            pending = 0
-            yield sink.take()
-    if batch[0]:
-        to_arrow()
-    if batches:
-        writer.write_table(pa.Table.from_batches(batches, schema=schema), row_group_size=PARQUET_ROW_GROUP)
-        batches.clear()  # before close: writing the footer copies every row group's metadata once more
-    writer.close()
-    yield sink.take()
+    """Parquet, one row group per ``PARQUET_ROW_GROUP`` rows, each sent as soon as it is written
+    (``costcenter.parquet``: constant memory whatever the number of rows)."""
+    return rows_to_parquet(
+        parquet_columns(columns), rows, row_group_size=PARQUET_ROW_GROUP, batch_size=PARQUET_BATCH
+    )
 
 
 WRITERS = {

@@ -89,9 +89,22 @@ def test_parquet_has_exact_decimals_and_utc_timestamps():
     assert table.column("n").to_pylist() == [3, 0]
     empty = pq.read_table(io.BytesIO(_bytes("parquet", rows=[])))
     assert empty.num_rows == 0 and empty.schema.names == [c.name for c in COLUMNS]
-    # Readers get exactly arrow_schema's types: plain strings (no categoricals), UTC, decimals.
+    # Readers get these types: plain strings (no categoricals), UTC, decimals; JSON as its text.
+    import pyarrow as pa
+
     table = pq.read_table(io.BytesIO(_bytes("parquet")))
-    assert table.schema.remove_metadata().equals(export.arrow_schema(COLUMNS))
+    assert table.schema.remove_metadata().equals(
+        pa.schema(
+            [
+                ("name", pa.string()),
+                ("amount", pa.decimal128(38, 12)),
+                ("at", pa.timestamp("us", tz="UTC")),
+                ("n", pa.int64()),
+                ("ok", pa.bool_()),
+                ("tags", pa.string()),
+            ]
+        )
+    )
     assert table.column("name").to_pylist() == ["=1+2", "plain"]
     assert table.column("tags").to_pylist() == ['{"k":"=v"}', None]
     assert str(table.to_pandas()["name"].dtype) != "category"
@@ -104,6 +117,7 @@ def test_parquet_streams_one_row_group_at_a_time(monkeypatch):
     )
     chunks = list(export.stream("parquet", COLUMNS, rows))
     assert len(chunks) == 4  # three full row groups sent as written, then the rest and the footer
+    assert chunks[0].startswith(b"PAR1") and chunks[-1].endswith(b"PAR1")
     table = pq.ParquetFile(io.BytesIO(b"".join(chunks)))
     assert table.metadata.num_row_groups == 4 and table.metadata.num_rows == 35
 
@@ -227,72 +241,125 @@ def test_streamed_cost_rows_equal_the_selector_for_every_grouping(world, granula
             assert list(export.cost_rows_stream(user=user, query=query)) == cost_rows(user=user, query=query)
 
 
-# --- Arrow columns built from typed buffers ---------------------------------------------------------
-def test_arrow_columns_keep_every_type_exact_with_nulls():
+# --- The Parquet writer (costcenter.parquet) --------------------------------------------------------
+def _parquet(columns, rows, **options) -> bytes:
+    from costcenter.parquet import rows_to_parquet
+
+    return b"".join(rows_to_parquet(columns, rows, **options))
+
+
+def test_parquet_keeps_every_type_exact_with_nulls_across_row_groups(tmp_path):
+    """Every kind, nulls anywhere (a whole row group of them too), 8- and 16-bit dictionaries,
+    read back by pyarrow and DuckDB, value for value."""
     import zoneinfo
 
-    import pyarrow as pa
+    import duckdb
 
-    from costcenter.arrow_columns import column_array
+    from costcenter.parquet import ParquetColumn
 
     berlin = datetime(2026, 11, 2, 1, 30, 0, 123456, tzinfo=zoneinfo.ZoneInfo("Europe/Berlin"))
-    cases = [
-        (pa.string(), ["", None, "naïve — ☃", "=1+2"], ["", None, "naïve — ☃", "=1+2"]),
-        (pa.int64(), [0, None, -(2**63), 2**63 - 1], [0, None, -(2**63), 2**63 - 1]),
-        (pa.float64(), [0.5, None, -1e300], [0.5, None, -1e300]),
-        (pa.bool_(), [True, None, False, True], [True, None, False, True]),
-        # An instant in another zone lands on its UTC microsecond.
-        (pa.timestamp("us", tz="UTC"), [berlin, None], [datetime(2026, 11, 2, 0, 30, 0, 123456, tzinfo=UTC), None]),
-        (
-            pa.decimal128(38, 12),
-            # 12 places kept as they are; more are rounded half-even; ints and 26-digit amounts fit.
-            [Decimal("-0.000000000001"), None, Decimal("0.0000000000005"), Decimal("0.0000000000015"), 7,
-             Decimal("12345678901234567890123456.5")],
-            [Decimal("-0.000000000001"), None, Decimal("0E-12"), Decimal("0.000000000002"), Decimal("7.000000000000"),
-             Decimal("12345678901234567890123456.500000000000")],
-        ),
+    columns = [
+        ParquetColumn("s", "string"),
+        ParquetColumn("many", "string", nullable=False),
+        ParquetColumn("i", "int"),
+        ParquetColumn("f", "float"),
+        ParquetColumn("b", "bool"),
+        ParquetColumn("t", "datetime"),
+        ParquetColumn("d", "decimal"),
+        ParquetColumn("req", "int", nullable=False),
+    ]
+    texts = ["", "naïve — ☃", "=1+2", "x" * 1000]
+    ints = [0, -(2**63), 2**63 - 1, 42]
+    floats = [0.5, -1e300, 3.25]
+    # 12 places kept as they are; more are rounded half-even; ints and 26-digit amounts fit.
+    amounts = [
+        (Decimal("-0.000000000001"), Decimal("-0.000000000001")),
+        (Decimal("0.0000000000005"), Decimal("0E-12")),
+        (Decimal("0.0000000000015"), Decimal("0.000000000002")),
+        (7, Decimal("7.000000000000")),
+        (Decimal("12345678901234567890123456.5"), Decimal("12345678901234567890123456.500000000000")),
+        (Decimal("-98765432109876543210987654.25"), Decimal("-98765432109876543210987654.250000000000")),
+    ]
+    rows, expected = [], []
+    for n in range(1_000):
+        null = n % 7 == 3 or 300 <= n < 400  # rows 300–399: a whole row group of nulls
+        row = {
+            "s": None if null else texts[n % len(texts)],
+            "many": f"value {n}",  # 300 distinct per row group: 16-bit dictionary indices
+            "i": None if null else ints[n % len(ints)],
+            "f": None if null else floats[n % len(floats)],
+            "b": None if null else n % 3 == 0,
+            "t": None if null else berlin + timedelta(hours=n),
+            "d": None if null else amounts[n % len(amounts)][0],
+            "req": n,
+        }
+        rows.append(row)
+        expected.append(
+            {
+                **row,
+                "t": None if null else (berlin + timedelta(hours=n)).astimezone(UTC),
+                "d": None if null else amounts[n % len(amounts)][1],
+            }
+        )
+    data = _parquet(columns, rows, row_group_size=300, batch_size=64)
+    table = pq.read_table(io.BytesIO(data))
+    assert pq.read_metadata(io.BytesIO(data)).num_row_groups == 4
+    assert [str(field.type) for field in table.schema] == [
+        "string", "string", "int64", "double", "bool", "timestamp[us, tz=UTC]", "decimal128(38, 12)", "int64",
     ]  # fmt: skip
-    for arrow_type, values, expected in cases:
-        built = column_array(values, arrow_type)
-        assert built.type == arrow_type and built.null_count == values.count(None)
-        assert built.to_pylist() == expected, arrow_type
-        assert column_array([], arrow_type).to_pylist() == []
+    assert [field.nullable for field in table.schema] == [True, False, True, True, True, True, True, False]
+    assert table.to_pylist() == expected
+    path = tmp_path / "all.parquet"
+    path.write_bytes(data)
+    con = duckdb.connect()
+    rows_read = con.execute(
+        "SELECT s, many, i, f, b, t, d, req FROM read_parquet(?) ORDER BY req", [str(path)]
+    )
+    assert [
+        dict(zip([column.name for column in columns], row, strict=True)) for row in rows_read.fetchall()
+    ] == expected
+    # No rows at all: a valid file with the schema and no row group.
+    empty = pq.read_table(io.BytesIO(_parquet(columns, [])))
+    assert empty.num_rows == 0 and empty.schema.names == [column.name for column in columns]
 
 
-def test_writing_parquet_does_not_import_pandas():
-    """pyarrow.array(list) imports pandas (~50 MB per web worker, for good) when it is installed,
-    and Array.cast imports pyarrow.compute (~13 MB); the Parquet writer builds its columns
-    without either. In a fresh interpreter, since this test
-    process has pandas loaded already."""
+def test_parquet_refuses_a_null_in_a_required_column():
+    from costcenter.parquet import ParquetColumn
+
+    with pytest.raises(ValueError, match="req is not nullable"):
+        _parquet([ParquetColumn("req", "int", nullable=False)], [{"req": 1}, {"req": None}])
+
+
+def test_writing_parquet_imports_neither_pyarrow_nor_pandas(tmp_path):
+    """A web worker that sends a Parquet export loads no Arrow (~40 MB resident for good) and no
+    pandas: the writer is plain Python. In a fresh interpreter, since this test process has both."""
     import subprocess
     import sys
 
+    out = tmp_path / "out.parquet"
     script = (
-        "import sys, io\n"
+        "import sys\n"
         "from datetime import datetime, UTC\n"
         "from decimal import Decimal\n"
         "from costcenter.export import Column, stream\n"
-        "import pyarrow.parquet as pq\n"
         "columns = [Column('a', 'decimal'), Column('t', 'datetime'), Column('s', 'string'), Column('j', 'json')]\n"
         "rows = [{'a': Decimal('1.5'), 't': datetime(2026, 1, 1, tzinfo=UTC), 's': 'x', 'j': {'k': 1}}] * 5000\n"
-        "data = b''.join(stream('parquet', columns, iter(rows)))\n"
-        "assert 'pandas' not in sys.modules, 'pandas was imported'\n"
-        "assert 'pyarrow.compute' not in sys.modules, 'pyarrow.compute was imported'\n"
-        "assert pq.read_table(io.BytesIO(data)).num_rows == 5000\n"
-        # Arrow's thread pool can abort at interpreter teardown, now and then, after all work is done
-        # (apache/arrow#34314: "terminate called without an active exception"); skip the teardown.
-        "sys.stdout.flush(); import os; os._exit(0)\n"
+        f"open({str(out)!r}, 'wb').write(b''.join(stream('parquet', columns, iter(rows))))\n"
+        "loaded = sorted(name for name in sys.modules if name.split('.')[0] in ('pyarrow', 'pandas', 'numpy'))\n"
+        "assert not loaded, loaded\n"
     )
     finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stderr[-2000:]
+    table = pq.read_table(out)
+    assert table.num_rows == 5000 and table.column("j")[0].as_py() == '{"k":1}'
 
 
-def test_validity_bitmaps_pack_every_pattern_lsb_first():
+def test_bits_pack_lsb_first_for_every_pattern():
     from itertools import product
 
-    from costcenter.arrow_columns import _pack_bits
+    from costcenter.parquet import pack_bits
 
     for bits in product((0, 1), repeat=8):
-        assert _pack_bits(bytes(bits)).to_pybytes() == bytes([sum(bit << i for i, bit in enumerate(bits))])
+        assert pack_bits(bytes(bits)) == bytes([sum(bit << i for i, bit in enumerate(bits))])
     # A length that is not a multiple of 8: the last byte holds the rest, high bits clear.
-    assert _pack_bits(bytes([1] * 8 + [0, 1, 1])).to_pybytes() == b"\xff\x06"
+    assert pack_bits(bytes([1] * 8 + [0, 1, 1])) == b"\xff\x06"
