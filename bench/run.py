@@ -55,6 +55,7 @@ INGEST_VS_BULK = 5.0
 PAGE_P95_MS = 150.0
 GROWTH = 1.5
 PEAK_RSS_BYTES = 300e6
+EXPORT_PEAK_RSS_BYTES = 200e6  # issue #8: a 10 M-row export streams in at most 200 MB
 BYTES_PER_ROW = 200.0
 API_ERRORS = 0
 
@@ -430,8 +431,8 @@ def table(sizes: list[SizeFigures], load, export: dict) -> list[str]:
         add(
             f"FOCUS export {name}, {rows_out:,} hourly rows: rows/s, peak RSS",
             [""] * (len(sizes) - 1) + [f"{rate:,.0f}, {rss:.0f} MB"],
-            f"RSS ≤ {PEAK_RSS_BYTES / mb:.0f} MB",
-            rss * mb <= PEAK_RSS_BYTES,
+            f"RSS ≤ {EXPORT_PEAK_RSS_BYTES / mb:.0f} MB",
+            rss * mb <= EXPORT_PEAK_RSS_BYTES,
         )
     last = [""] * (len(sizes) - 1)
     add(
