@@ -254,7 +254,8 @@ class ParquetColumn:
 
 @dataclass
 class _ColumnBuffer:
-    """One column's values in the row group being built, already encoded (no Python objects kept)."""
+    """One column's values in the row group being built, already encoded; text keeps its distinct
+    strings (the dictionary) and an index per value."""
 
     column: ParquetColumn
     defined: bytearray = field(default_factory=bytearray)  # 1/0 per row, nullable columns only
@@ -292,7 +293,7 @@ class _ColumnBuffer:
         else:
             raise ValueError(f"no Parquet encoding for column kind {kind!r}")
 
-    def pages(self, rows: int) -> tuple[bytes | None, bytes, list[int]]:
+    def pages(self) -> tuple[bytes | None, bytes, list[int]]:
         """(dictionary page values or None, data page values incl. levels, encodings used)."""
         levels = _levels(self.defined) if self.column.nullable else b""
         if self.column.kind == "string":
@@ -372,7 +373,7 @@ class ParquetStream:
         out: list[bytes] = []
         chunks: list[_ChunkMeta] = []
         for buffer in self.buffers:
-            dictionary, data, encodings = buffer.pages(rows)
+            dictionary, data, encodings = buffer.pages()
             start = self.offset
             uncompressed = compressed = 0
             dictionary_offset = None

@@ -8,6 +8,7 @@ broker on the filesystem, e-mail written to files) under ``COSTCENTER_HOME``. Se
 from __future__ import annotations
 
 import secrets
+import tempfile
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -23,9 +24,11 @@ def _home_dir(path: Path) -> Path:
     in one sentence, rather than as a traceback from deep inside the broker or the database."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        probe.write_bytes(b"x")  # a byte, so a full disk fails here too
-        probe.unlink()
+        # A probe file of its own: web workers, the Celery worker and beat start at the same time
+        # with the same home, and a shared name let one process delete another's probe.
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-") as probe:
+            probe.write(b"x")  # a byte, so a full disk fails here too
+            probe.flush()
     except OSError as exc:
         raise ImproperlyConfigured(
             f"COSTCENTER_HOME={COSTCENTER_HOME}: cannot write {path} ({exc.strerror or exc}); "

@@ -153,3 +153,34 @@ def test_a_full_costcenter_home_is_reported_clearly(tmp_path):
         assert "No space left on device" in result.stderr
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_processes_starting_together_do_not_trip_over_each_others_write_probe(tmp_path):
+    """gunicorn's workers, the Celery worker and beat import the settings at the same moment with
+    one COSTCENTER_HOME; each checks that it can write there. With one shared probe file name a
+    worker could delete another's probe before that one removed it: the second failed to boot with
+    "cannot write … (No such file or directory)" (seen as `gunicorn exited with 3`). Threads race
+    the same way; with the shared name this failed ~200 times in 2,400 calls."""
+    import threading
+
+    from costcenter.settings import _home_dir
+
+    folder = tmp_path / "home" / "staticfiles"
+    start = threading.Barrier(8)
+    failures: list[Exception] = []
+
+    def check_many_times():
+        start.wait()
+        for _ in range(300):
+            try:
+                _home_dir(folder)
+            except ImproperlyConfigured as exc:
+                failures.append(exc)
+
+    threads = [threading.Thread(target=check_many_times) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert list(folder.iterdir()) == []  # every probe removed
