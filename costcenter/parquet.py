@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
+from costcenter.varint import varint as _varint
+
 MAGIC = b"PAR1"
 MAX_ROW_GROUP = 65_536  # dictionary indices are at most 16 bits wide
 DECIMAL_PRECISION = 38
@@ -60,18 +62,6 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 # A struct is a list of (field id, kind, value) with kind one of "i32", "i64", "bool", "binary",
 # "struct", "list<i32>", "list<binary>", "list<struct>"; fields are written in the order given
 # (ascending ids, as Thrift expects) and None values are left out.
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def _zigzag(value: int) -> bytes:
@@ -349,6 +339,7 @@ class ParquetStream:
         self.offset = 0
         self.rows = 0
         self.row_groups: list[tuple[int, list[_ChunkMeta]]] = []  # (rows, chunks)
+        self._uncompressed = 0  # of the column chunk being written (headers + data before GZIP)
         self._start_buffers()
 
     def _start_buffers(self) -> None:
@@ -375,25 +366,16 @@ class ParquetStream:
         for buffer in self.buffers:
             dictionary, data, encodings = buffer.pages()
             start = self.offset
-            uncompressed = compressed = 0
+            self._uncompressed = 0
             dictionary_offset = None
             if dictionary is not None:
                 header = _struct([(1, "i32", len(buffer.dictionary)), (2, "i32", _PLAIN)])
-                page, size = _page(_DICTIONARY_PAGE, header, 7, dictionary)
-                dictionary_offset = self.offset
-                out.append(page)
-                self.offset += len(page)
-                uncompressed += size
-                compressed += len(page)
+                dictionary_offset = self._emit(out, *_page(_DICTIONARY_PAGE, header, 7, dictionary))
             encoding = _RLE_DICTIONARY if dictionary is not None else _PLAIN
             header = _struct([(1, "i32", rows), (2, "i32", encoding), (3, "i32", _RLE), (4, "i32", _RLE)])
-            page, size = _page(_DATA_PAGE, header, 5, data)
-            data_offset = self.offset
-            out.append(page)
-            self.offset += len(page)
-            uncompressed += size
-            compressed += len(page)
-            assert self.offset - start == compressed
+            data_offset = self._emit(out, *_page(_DATA_PAGE, header, 5, data))
+            compressed = self.offset - start
+            uncompressed = self._uncompressed
             chunks.append(
                 _ChunkMeta(tuple(encodings), rows, uncompressed, compressed, data_offset, dictionary_offset)
             )
@@ -401,6 +383,14 @@ class ParquetStream:
         self.rows += rows
         self._start_buffers()
         return b"".join(out)
+
+    def _emit(self, out: list[bytes], page: bytes, uncompressed: int) -> int:
+        """Queue ``page`` at the current offset (returned) and count its size for the chunk."""
+        offset = self.offset
+        out.append(page)
+        self.offset += len(page)
+        self._uncompressed += uncompressed
+        return offset
 
     def footer(self, created_by: str = "costcenter") -> bytes:
         schema = [_struct([(4, "binary", "schema"), (5, "i32", len(self.columns))])]

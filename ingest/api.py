@@ -27,6 +27,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from costcenter.api_auth import BearerTokenAuthentication, IngestScope, TokenRateThrottle, writable_teams
+from costcenter.varint import varint as _varint
 from ingest.formats import canonical
 from ingest.formats.otlp import parse_otlp_json, parse_otlp_protobuf
 from ingest.models import SourceKind
@@ -331,15 +332,3 @@ def _rpc_status_bytes(code: int, message: str) -> bytes:
     # generated class lives in googleapis-common-protos, which the server does not otherwise need.
     text = message.encode("utf-8")
     return b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
