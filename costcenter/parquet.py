@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
-from costcenter.varint import varint as _varint
+from costcenter.varint import varint
 
 MAGIC = b"PAR1"
 MAX_ROW_GROUP = 65_536  # dictionary indices are at most 16 bits wide
@@ -50,6 +50,16 @@ _UTF8, _DECIMAL, _TIMESTAMP_MICROS = 0, 5, 10  # ConvertedType, for older reader
 
 # Thrift compact protocol type ids
 _T_TRUE, _T_FALSE, _T_I32, _T_I64, _T_BINARY, _T_LIST, _T_STRUCT = 1, 2, 5, 6, 8, 9, 12
+_TYPE_IDS = {"i32": _T_I32, "i64": _T_I64, "binary": _T_BINARY, "struct": _T_STRUCT}  # lists: _T_LIST
+
+_PHYSICAL_TYPES = {
+    "string": _BYTE_ARRAY,
+    "decimal": _FIXED_LEN_BYTE_ARRAY,
+    "datetime": _INT64,
+    "int": _INT64,
+    "float": _DOUBLE,
+    "bool": _BOOLEAN,
+}
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -65,13 +75,13 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def _zigzag(value: int) -> bytes:
-    return _varint((value << 1) ^ (value >> 63))
+    return varint((value << 1) ^ (value >> 63))
 
 
 def _list_header(size: int, element_type: int) -> bytes:
     if size < 15:
         return bytes([(size << 4) | element_type])
-    return bytes([0xF0 | element_type]) + _varint(size)
+    return bytes([0xF0 | element_type]) + varint(size)
 
 
 def _struct(fields: Sequence[tuple[int, str, object]]) -> bytes:
@@ -83,9 +93,7 @@ def _struct(fields: Sequence[tuple[int, str, object]]) -> bytes:
         if kind == "bool":
             type_id = _T_TRUE if value else _T_FALSE
         else:
-            type_id = {"i32": _T_I32, "i64": _T_I64, "binary": _T_BINARY, "struct": _T_STRUCT}.get(
-                kind, _T_LIST
-            )
+            type_id = _TYPE_IDS.get(kind, _T_LIST)
         delta = field_id - last
         if 0 < delta <= 15:
             out.append((delta << 4) | type_id)
@@ -97,7 +105,7 @@ def _struct(fields: Sequence[tuple[int, str, object]]) -> bytes:
             out += _zigzag(value)
         elif kind == "binary":
             data = value.encode() if isinstance(value, str) else value
-            out += _varint(len(data)) + data
+            out += varint(len(data)) + data
         elif kind == "struct":
             out += value  # already encoded
         elif kind == "list<i32>":
@@ -106,7 +114,7 @@ def _struct(fields: Sequence[tuple[int, str, object]]) -> bytes:
             out += _list_header(len(value), _T_BINARY)
             for item in value:
                 data = item.encode() if isinstance(item, str) else item
-                out += _varint(len(data)) + data
+                out += varint(len(data)) + data
         elif kind == "list<struct>":
             out += _list_header(len(value), _T_STRUCT) + b"".join(value)
         elif kind != "bool":
@@ -135,10 +143,10 @@ def _levels(defined: bytes | bytearray) -> bytes:
     """Definition levels (0 null, 1 present) as RLE/bit-packed hybrid of width 1, length-prefixed."""
     count = len(defined)
     if count and defined.count(defined[0]) == count:  # all present, or all null: one RLE run
-        body = _varint(count << 1) + bytes([defined[0]])
+        body = varint(count << 1) + bytes([defined[0]])
     else:
         groups = (count + 7) // 8
-        body = _varint((groups << 1) | 1) + pack_bits(defined)
+        body = varint((groups << 1) | 1) + pack_bits(defined)
     return len(body).to_bytes(4, "little") + body
 
 
@@ -151,7 +159,7 @@ def _indices(values: array, width: int) -> bytes:
     packed.extend([0] * padding)
     if width == 16 and not _LITTLE_ENDIAN:
         packed.byteswap()
-    return bytes([width]) + _varint((groups << 1) | 1) + packed.tobytes()
+    return bytes([width]) + varint((groups << 1) | 1) + packed.tobytes()
 
 
 def _plain_byte_arrays(values: Iterable[bytes]) -> bytes:
@@ -188,17 +196,15 @@ class ParquetColumn:
     convert: Callable | None = None  # applied to each non-null value first (e.g. JSON to its text)
 
     def schema_element(self) -> bytes:
-        physical, converted, logical, length = {
-            "string": (_BYTE_ARRAY, _UTF8, _struct([(1, "struct", _struct([]))]), None),
+        converted, logical, length = {
+            "string": (_UTF8, _struct([(1, "struct", _struct([]))]), None),
             "decimal": (
-                _FIXED_LEN_BYTE_ARRAY,
                 _DECIMAL,
                 _struct([(5, "struct", _struct([(1, "i32", DECIMAL_SCALE), (2, "i32", DECIMAL_PRECISION)]))]),
                 16,
             ),
             # TimestampType(isAdjustedToUTC=true, unit=MICROS)
             "datetime": (
-                _INT64,
                 _TIMESTAMP_MICROS,
                 _struct(
                     [
@@ -213,13 +219,13 @@ class ParquetColumn:
                 ),
                 None,
             ),
-            "int": (_INT64, None, None, None),
-            "float": (_DOUBLE, None, None, None),
-            "bool": (_BOOLEAN, None, None, None),
+            "int": (None, None, None),
+            "float": (None, None, None),
+            "bool": (None, None, None),
         }[self.kind]
         return _struct(
             [
-                (1, "i32", physical),
+                (1, "i32", self.physical_type),
                 (2, "i32", length),
                 (3, "i32", _OPTIONAL if self.nullable else _REQUIRED),
                 (4, "binary", self.name),
@@ -232,14 +238,7 @@ class ParquetColumn:
 
     @property
     def physical_type(self) -> int:
-        return {
-            "string": _BYTE_ARRAY,
-            "decimal": _FIXED_LEN_BYTE_ARRAY,
-            "datetime": _INT64,
-            "int": _INT64,
-            "float": _DOUBLE,
-            "bool": _BOOLEAN,
-        }[self.kind]
+        return _PHYSICAL_TYPES[self.kind]
 
 
 @dataclass
@@ -339,7 +338,6 @@ class ParquetStream:
         self.offset = 0
         self.rows = 0
         self.row_groups: list[tuple[int, list[_ChunkMeta]]] = []  # (rows, chunks)
-        self._uncompressed = 0  # of the column chunk being written (headers + data before GZIP)
         self._start_buffers()
 
     def _start_buffers(self) -> None:
@@ -365,17 +363,19 @@ class ParquetStream:
         chunks: list[_ChunkMeta] = []
         for buffer in self.buffers:
             dictionary, data, encodings = buffer.pages()
-            start = self.offset
-            self._uncompressed = 0
-            dictionary_offset = None
+            pages = []  # (bytes, uncompressed size): the dictionary page first, when there is one
             if dictionary is not None:
                 header = _struct([(1, "i32", len(buffer.dictionary)), (2, "i32", _PLAIN)])
-                dictionary_offset = self._emit(out, *_page(_DICTIONARY_PAGE, header, 7, dictionary))
+                pages.append(_page(_DICTIONARY_PAGE, header, 7, dictionary))
             encoding = _RLE_DICTIONARY if dictionary is not None else _PLAIN
             header = _struct([(1, "i32", rows), (2, "i32", encoding), (3, "i32", _RLE), (4, "i32", _RLE)])
-            data_offset = self._emit(out, *_page(_DATA_PAGE, header, 5, data))
-            compressed = self.offset - start
-            uncompressed = self._uncompressed
+            pages.append(_page(_DATA_PAGE, header, 5, data))
+            dictionary_offset = self.offset if dictionary is not None else None
+            data_offset = self.offset + sum(len(page) for page, _ in pages[:-1])
+            compressed = sum(len(page) for page, _ in pages)
+            uncompressed = sum(size for _, size in pages)
+            out.extend(page for page, _ in pages)
+            self.offset += compressed
             chunks.append(
                 _ChunkMeta(tuple(encodings), rows, uncompressed, compressed, data_offset, dictionary_offset)
             )
@@ -383,14 +383,6 @@ class ParquetStream:
         self.rows += rows
         self._start_buffers()
         return b"".join(out)
-
-    def _emit(self, out: list[bytes], page: bytes, uncompressed: int) -> int:
-        """Queue ``page`` at the current offset (returned) and count its size for the chunk."""
-        offset = self.offset
-        out.append(page)
-        self.offset += len(page)
-        self._uncompressed += uncompressed
-        return offset
 
     def footer(self, created_by: str = "costcenter") -> bytes:
         schema = [_struct([(4, "binary", "schema"), (5, "i32", len(self.columns))])]

@@ -27,7 +27,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from costcenter.api_auth import BearerTokenAuthentication, IngestScope, TokenRateThrottle, writable_teams
-from costcenter.varint import varint as _varint
+from costcenter.varint import varint
 from ingest.formats import canonical
 from ingest.formats.otlp import parse_otlp_json, parse_otlp_protobuf
 from ingest.models import SourceKind
@@ -331,4 +331,4 @@ def _rpc_status_bytes(code: int, message: str) -> bytes:
     # google.rpc.Status is `int32 code = 1; string message = 2;`. Encoded by hand because its
     # generated class lives in googleapis-common-protos, which the server does not otherwise need.
     text = message.encode("utf-8")
-    return b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
+    return b"\x08" + varint(code) + b"\x12" + varint(len(text)) + text
